@@ -1,0 +1,39 @@
+# Two commands do all the set-up: `make run` and `make test`.
+PYTHON ?= python3.11
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: install run test lint unit integration clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+## Run the bundled example agent end to end in embedded mode (no services, no API key).
+run: install
+	$(BIN)/agentfleet run repo_report --input '{"path": "agentfleet"}'
+
+## The whole suite: lint, unit, integration (real RabbitMQ, Postgres, Redis on localhost).
+test: install
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest -q -ra
+
+unit: install
+	$(BIN)/python -m pytest -q tests/unit
+
+integration: install
+	$(BIN)/python -m pytest -q tests/integration
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+clean:
+	rm -rf $(VENV) .agentfleet .pytest_cache build *.egg-info

@@ -1,0 +1,52 @@
+"""agentfleet: LLM agents as a fleet of message-driven workers, checkpointed step by step.
+
+The public API is what this module exports; ``tests/unit/test_public_api.py`` pins it.
+"""
+
+from agentfleet.config.agents import Agent
+from agentfleet.config.settings import Settings
+from agentfleet.errors import (
+    AgentfleetError,
+    ErrorCode,
+    GoalRejected,
+    ModelError,
+    ToolError,
+    TransientToolError,
+)
+from agentfleet.events.contracts import Goal, Result, ResultStatus
+from agentfleet.harness.tool import Tool, ToolContext, tool
+from agentfleet.loop.budgets import Limits
+from agentfleet.loop.transcript import Message, ModelTurn, ToolCall, ToolResult, Usage
+from agentfleet.models.base import Model, ModelRequest
+from agentfleet.models.replay import ReplayModel
+from agentfleet.models.scripted import ScriptedModel
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Agent",
+    "AgentfleetError",
+    "ErrorCode",
+    "Goal",
+    "GoalRejected",
+    "Limits",
+    "Message",
+    "Model",
+    "ModelError",
+    "ModelRequest",
+    "ModelTurn",
+    "ReplayModel",
+    "Result",
+    "ResultStatus",
+    "ScriptedModel",
+    "Settings",
+    "Tool",
+    "ToolCall",
+    "ToolContext",
+    "ToolError",
+    "ToolResult",
+    "TransientToolError",
+    "Usage",
+    "__version__",
+    "tool",
+]

@@ -1,0 +1,246 @@
+"""The ``agentfleet`` command."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import uuid
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from agentfleet import constants as C
+from agentfleet import logs
+from agentfleet.config.agents import load_agents
+from agentfleet.config.settings import Settings, get_settings
+from agentfleet.errors import AgentfleetError, GoalRejected
+from agentfleet.events.contracts import Goal, Result, ResultStatus
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="Run LLM agents as a fleet of message-driven workers.")
+db_app = typer.Typer(no_args_is_help=True, help="Database schema.")
+app.add_typer(db_app, name="db")
+out = Console()
+err = Console(stderr=True)
+
+
+def _json_arg(raw: str, what: str) -> dict[str, Any]:
+    try:
+        value = json.loads(raw)
+    except ValueError as exc:
+        raise typer.BadParameter(f"{what} is not JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise typer.BadParameter(f"{what} must be a JSON object")
+    return value
+
+
+def _goal(agent: str, input_json: str, goal_id: str | None, max_steps: int | None) -> dict[str, Any]:
+    body: dict[str, Any] = {"agent": agent, "input": _json_arg(input_json, "--input")}
+    if goal_id:
+        body["goal_id"] = goal_id
+    if max_steps:
+        body["limits"] = {"max_steps": max_steps}
+    return body
+
+
+def _print_result(result: Result, as_json: bool) -> None:
+    if as_json:
+        print(result.model_dump_json(exclude_none=True))
+        return
+    colour = "green" if result.status == ResultStatus.SUCCEEDED else "red"
+    out.print(f"[bold {colour}]{result.status.value}[/] run={result.run_id} "
+              f"steps={result.usage.steps} tokens={result.usage.tokens} cost=${result.usage.cost_usd:.4f}")
+    if result.error_code:
+        out.print(f"[red]{result.error_code}[/]: {result.message}")
+        if result.recovery_suggestion:
+            out.print(f"hint: {result.recovery_suggestion}")
+    out.print_json(result.model_dump_json(exclude_none=True))
+
+
+def _exit_for(result: Result) -> None:
+    raise typer.Exit(0 if result.status == ResultStatus.SUCCEEDED else 1)
+
+
+@app.command()
+def run(
+    agent: Annotated[str, typer.Argument(help="Agent name")],
+    input_json: Annotated[str, typer.Option("--input", "-i", help="Goal input as JSON")] = "{}",
+    goal_id: Annotated[str | None, typer.Option(help="Idempotency key (default: new)")] = None,
+    max_steps: Annotated[int | None, typer.Option(help="Tighter max_steps for this goal")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print only the Result JSON")] = False,
+    timeout: Annotated[float, typer.Option(help="Seconds to wait for the result")] = 600.0,
+) -> None:
+    """Run a goal in embedded mode: the whole fleet in this process (memory broker, SQLite)."""
+    from agentfleet.workers.embedded import EmbeddedFleet
+    from agentfleet.workers.progress import follow
+
+    settings = get_settings().with_profile("embedded")
+    logs.configure("WARNING" if not settings.log_level == "DEBUG" else "DEBUG", settings.log_json)
+    with EmbeddedFleet(settings) as fleet:
+        spec = fleet.runtime.agent(agent)
+        try:
+            run_id = fleet.submit(_goal(agent, input_json, goal_id, max_steps))
+        except GoalRejected as exc:
+            result = Result.rejection(exc.code, exc.message, agent=agent, goal_id=goal_id)
+            _print_result(result, as_json)
+            _exit_for(result)
+        if not as_json:
+            assert spec is not None
+            note = " (recorded turns: no network, no API key)" if getattr(spec.model, "offline", False) else ""
+            out.print(f"[bold]agentfleet[/] embedded · agent [cyan]{agent}[/] · model {spec.model.name}{note}")
+            out.print(f"run {run_id}")
+        result = follow(fleet.store, run_id, None if as_json else out, timeout_s=timeout)
+    _print_result(result, as_json)
+    _exit_for(result)
+
+
+@app.command()
+def submit(
+    agent: Annotated[str, typer.Argument(help="Agent name")],
+    input_json: Annotated[str, typer.Option("--input", "-i", help="Goal input as JSON")] = "{}",
+    goal_id: Annotated[str | None, typer.Option(help="Idempotency key (default: new)")] = None,
+    max_steps: Annotated[int | None, typer.Option(help="Tighter max_steps for this goal")] = None,
+    wait: Annotated[bool, typer.Option("--wait", help="Follow the run to its end")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print only JSON")] = False,
+    timeout: Annotated[float, typer.Option(help="Seconds to wait with --wait")] = 600.0,
+) -> None:
+    """Publish a goal to the distributed fleet's inbox (the public AMQP contract)."""
+    from agentfleet.workers.client import FleetClient
+
+    settings = get_settings()
+    body = _goal(agent, input_json, goal_id or str(uuid.uuid4()), max_steps)
+    with FleetClient(settings) as client:
+        run_id = client.run_id(body)
+        if not wait:
+            client.publish_goal(body)
+            print(json.dumps({"run_id": run_id, "goal_id": body["goal_id"]}) if as_json else run_id)
+            return
+        if not as_json:
+            out.print(f"run {run_id}")
+        result = client.submit_and_wait(body, timeout_s=timeout)
+    _print_result(result, as_json)
+    _exit_for(result)
+
+
+@app.command()
+def status(
+    run_id: Annotated[str, typer.Argument(help="Run id")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON")] = False,
+) -> None:
+    """Show a run's state, usage and steps from its checkpoint."""
+    from agentfleet.workers.progress import describe_run
+
+    settings = get_settings()
+    from agentfleet.store import Store, make_engine
+
+    store = Store(make_engine(settings.effective_database_url))
+    described = describe_run(store, run_id)
+    if described is None:
+        err.print(f"no run {run_id}")
+        raise typer.Exit(2)
+    if as_json:
+        print(json.dumps(described, default=str))
+        return
+    out.print(f"run {run_id}: [bold]{described['state']}[/] agent={described['agent']} "
+              f"iteration={described['iteration']} steps={described['usage']['steps']} "
+              f"tokens={described['usage']['tokens']}")
+    table = Table("iteration", "kind", "name", "status", "attempts", "ms", "worker")
+    for s in described["steps"]:
+        table.add_row(str(s["iteration"]), s["kind"], s["name"] or "-", s["status"], str(s["attempts"]),
+                      f"{s['duration_ms'] or 0:.1f}", s["worker"] or "-")
+    out.print(table)
+    if described["result"]:
+        out.print_json(json.dumps(described["result"]))
+
+
+@app.command()
+def cancel(
+    run_id: Annotated[str, typer.Argument(help="Run id")],
+    reason: Annotated[str, typer.Option(help="Why")] = "cancelled by request",
+) -> None:
+    """Ask the fleet to cancel a run (in-flight tool calls finish; their results are ignored)."""
+    from agentfleet.workers.client import FleetClient
+
+    with FleetClient(get_settings()) as client:
+        client.cancel(run_id, reason)
+    out.print(f"cancel requested for {run_id}")
+
+
+@app.command()
+def worker(
+    role: Annotated[str, typer.Argument(help="planner | executor | observer")],
+    concurrency: Annotated[int | None, typer.Option("--concurrency", "-c", help="Pool size")] = None,
+    pool: Annotated[str | None, typer.Option(help="threads | prefork | solo")] = None,
+    loglevel: Annotated[str | None, typer.Option(help="Log level")] = None,
+    hostname: Annotated[str | None, typer.Option(help="Celery node name (default role.pid@host)")] = None,
+) -> None:
+    """Start one role's Celery worker against the distributed fleet."""
+    from agentfleet.workers.app import create_app
+    from agentfleet.workers.roles import ROLES, worker_argv
+
+    if role not in ROLES:
+        raise typer.BadParameter(f"role must be one of {', '.join(ROLES)}")
+    settings = get_settings()
+    celery_app = create_app(settings)
+    argv = worker_argv(ROLES[role], settings.namespace, concurrency=concurrency, pool=pool,
+                       loglevel=loglevel or settings.log_level,
+                       hostname=hostname or f"{role}.{os.getpid()}@%h")
+    celery_app.worker_main(argv)
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def flower(
+    ctx: typer.Context,
+    port: Annotated[int, typer.Option(help="HTTP port")] = 5555,
+    address: Annotated[str, typer.Option(help="Bind address")] = "127.0.0.1",
+) -> None:
+    """Start Flower against the configured broker (extra options pass through to Flower)."""
+    from agentfleet.workers.app import create_app
+
+    celery_app = create_app(get_settings())
+    celery_app.start(["flower", f"--port={port}", f"--address={address}", *ctx.args])
+
+
+@app.command()
+def agents(as_json: Annotated[bool, typer.Option("--json", help="Print JSON")] = False) -> None:
+    """List the agents this configuration loads, with their goal schemas."""
+    registry = load_agents(get_settings().agent_modules)
+    specs = {n: {"tools": list(a.tools), "goal_schema": a.goal_schema, "result_schema": a.result_schema,
+                 "model": a.model.name, "limits": a.limits.model_dump()}
+             for n in registry.names() if (a := registry.get(n))}
+    if as_json:
+        print(json.dumps(specs))
+        return
+    for name, spec in specs.items():
+        out.print(f"[cyan]{name}[/] model={spec['model']} tools={', '.join(spec['tools'])}")
+
+
+@app.command()
+def schema() -> None:
+    """Print the public wire contracts (goal, Result) as JSON Schema, for non-Python clients."""
+    print(json.dumps({"goal": Goal.model_json_schema(), "result": Result.model_json_schema()}, indent=2))
+
+
+@db_app.command("upgrade")
+def db_upgrade(revision: Annotated[str, typer.Argument(help="Target revision")] = "head") -> None:
+    """Create or migrate the tables (Alembic)."""
+    from agentfleet.store import db
+
+    settings: Settings = get_settings()
+    db.upgrade(settings.effective_database_url, revision)
+    out.print(f"database at {revision}: {logs.redact(settings.effective_database_url)}")
+
+
+def main() -> None:
+    try:
+        app()
+    except AgentfleetError as exc:
+        err.print(f"[red]error[/] {exc.code}: {exc}")
+        sys.exit(2)
+
+
+__all__ = ["C", "app", "main", "time"]

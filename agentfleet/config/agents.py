@@ -1,0 +1,111 @@
+"""Declaring agents: name, instructions, goal and result schemas, tools, model, limits.
+
+Creating an ``Agent`` registers it; workers import the modules listed in
+``AGENTFLEET_AGENTS`` at start-up so every process knows the same agents.
+"""
+
+from __future__ import annotations
+
+import importlib
+import threading
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import jsonschema
+from pydantic import BaseModel
+
+from agentfleet.constants import FINAL_ANSWER_TOOL
+from agentfleet.errors import ConfigurationError
+from agentfleet.loop.budgets import Limits
+
+if TYPE_CHECKING:
+    from agentfleet.harness.tool import Tool
+    from agentfleet.models.base import Model
+
+Schema = dict[str, Any] | type[BaseModel]
+
+
+def _as_schema(schema: Schema, what: str, agent: str) -> dict[str, Any]:
+    if isinstance(schema, type) and issubclass(schema, BaseModel):
+        return schema.model_json_schema()
+    if not isinstance(schema, dict):
+        raise ConfigurationError(f"agent {agent!r}: {what} must be a JSON Schema dict or a pydantic model")
+    try:
+        jsonschema.Draft202012Validator.check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        raise ConfigurationError(f"agent {agent!r}: {what} is not a valid JSON Schema: {exc.message}") from exc
+    return schema
+
+
+class Agent:
+    def __init__(
+        self,
+        name: str,
+        *,
+        instructions: str,
+        model: Model,
+        goal_schema: Schema,
+        result_schema: Schema,
+        tools: Sequence[Tool] = (),
+        limits: Limits | None = None,
+        register: bool = True,
+    ) -> None:
+        if not name or not name.replace("_", "").replace("-", "").isalnum():
+            raise ConfigurationError(f"agent name {name!r} must be letters, digits, '_' or '-'")
+        self.name = name
+        self.instructions = instructions
+        self.model = model
+        self.goal_schema = _as_schema(goal_schema, "goal_schema", name)
+        self.result_schema = _as_schema(result_schema, "result_schema", name)
+        self.limits = limits or Limits()
+        self.tools: dict[str, Tool] = {}
+        for t in tools:
+            if t.name == FINAL_ANSWER_TOOL or t.name in self.tools:
+                raise ConfigurationError(f"agent {name!r}: tool name {t.name!r} is reserved or repeated")
+            self.tools[t.name] = t
+        if register:
+            registry.add(self)
+
+    def tool_specs(self) -> list[dict[str, Any]]:
+        """What the model is offered: the agent's tools plus the final-answer tool."""
+        final = {
+            "name": FINAL_ANSWER_TOOL,
+            "description": "Finish the run with this result. Call it alone, once.",
+            "parameters": self.result_schema,
+        }
+        return [t.spec() for t in self.tools.values()] + [final]
+
+    def __repr__(self) -> str:
+        return f"Agent({self.name!r}, tools={list(self.tools)})"
+
+
+class AgentRegistry:
+    def __init__(self) -> None:
+        self._agents: dict[str, Agent] = {}
+        self._lock = threading.Lock()
+
+    def add(self, agent: Agent) -> None:
+        with self._lock:
+            self._agents[agent.name] = agent
+
+    def get(self, name: str) -> Agent | None:
+        return self._agents.get(name)
+
+    def names(self) -> list[str]:
+        return sorted(self._agents)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._agents
+
+
+registry = AgentRegistry()
+
+
+def load_agents(modules: Iterable[str]) -> AgentRegistry:
+    """Import the modules that declare agents (idempotent: Python caches imports)."""
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            raise ConfigurationError(f"cannot import agents module {module!r}: {exc}") from exc
+    return registry

@@ -1,0 +1,67 @@
+"""Settings, only through environment variables ``AGENTFLEET_*`` (pydantic-settings).
+
+Two profiles share all code: ``distributed`` (RabbitMQ, Postgres, Redis) and
+``embedded`` (kombu's in-process memory transport and SQLite).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from agentfleet import constants
+
+Profile = Literal["embedded", "distributed"]
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="AGENTFLEET_", extra="ignore", frozen=True)
+
+    profile: Profile = "distributed"
+    broker_url: str = "amqp://guest:guest@127.0.0.1:5672//"
+    database_url: str = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    namespace: str = Field(default=constants.DEFAULT_NAMESPACE, pattern=r"^[A-Za-z0-9_.-]+$")
+    # Comma-separated modules whose import registers agents (like Celery's ``include``).
+    agents: str = "agentfleet.examples.repo_report"
+    # Root that file tools may touch; paths outside it are refused.
+    workspace: Path = Field(default_factory=Path.cwd)
+    log_level: str = "INFO"
+    log_json: bool = True
+    tool_timeout_s: float = constants.DEFAULT_TOOL_TIMEOUT_S
+    max_step_attempts: int = constants.MAX_STEP_ATTEMPTS
+    embedded_database_url: str = constants.EMBEDDED_DATABASE_URL
+    embedded_polling_interval_s: float = constants.EMBEDDED_POLLING_INTERVAL_S
+
+    @field_validator("workspace")
+    @classmethod
+    def _absolute_workspace(cls, value: Path) -> Path:
+        return value.expanduser().resolve()
+
+    @property
+    def agent_modules(self) -> list[str]:
+        return [m.strip() for m in self.agents.split(",") if m.strip()]
+
+    @property
+    def embedded(self) -> bool:
+        return self.profile == "embedded"
+
+    @property
+    def effective_broker_url(self) -> str:
+        return "memory://" if self.embedded else self.broker_url
+
+    @property
+    def effective_database_url(self) -> str:
+        return self.embedded_database_url if self.embedded else self.database_url
+
+    def with_profile(self, profile: Profile) -> Settings:
+        return self.model_copy(update={"profile": profile})
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    return Settings()

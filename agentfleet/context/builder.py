@@ -1,0 +1,57 @@
+"""Builds the model's context from a run's transcript under a token budget.
+
+Pure: data in, data out. When the transcript is over budget the oldest tool
+results are elided first (they are the bulk and the model has already acted on
+them); instructions, the goal and the latest turn are always kept.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from agentfleet.constants import FINAL_ANSWER_TOOL
+from agentfleet.loop.transcript import Message
+
+CHARS_PER_TOKEN = 4  # rough, provider-neutral estimate; adapters report exact usage
+
+
+def estimate_tokens(messages: Sequence[Message]) -> int:
+    return sum(len(m.model_dump_json(exclude_none=True)) for m in messages) // CHARS_PER_TOKEN + 1
+
+
+def system_prompt(instructions: str) -> str:
+    return (
+        f"{instructions.strip()}\n\n"
+        f"Call tools to gather what you need; independent calls may be made in parallel. "
+        f"When done, call `{FINAL_ANSWER_TOOL}` once with the result object."
+    )
+
+
+def goal_message(goal_input: dict[str, Any]) -> Message:
+    return Message(role="user", content=json.dumps({"goal": goal_input}, sort_keys=True))
+
+
+def build_messages(
+    instructions: str,
+    goal_input: dict[str, Any],
+    transcript: Sequence[Message],
+    budget_tokens: int,
+) -> list[Message]:
+    head = [Message(role="system", content=system_prompt(instructions)), goal_message(goal_input)]
+    body = list(transcript)
+    total = estimate_tokens(head + body)
+    # Elide oldest tool results until we fit; never the last assistant turn's results.
+    last_assistant = max((i for i, m in enumerate(body) if m.role == "assistant"), default=-1)
+    for i, message in enumerate(body):
+        if total <= budget_tokens:
+            break
+        if message.role != "tool" or i > last_assistant or not message.content:
+            continue
+        before = estimate_tokens([message])
+        body[i] = message.model_copy(
+            update={"content": json.dumps({"elided": True, "chars": len(message.content)})}
+        )
+        total -= before - estimate_tokens([body[i]])
+    return head + body

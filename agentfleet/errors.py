@@ -1,0 +1,122 @@
+"""One exception root and one enum of error codes, documented once.
+
+Error codes travel on the wire (Results, tool results, dead-letter headers);
+exceptions stay inside a process. ``retryable`` says whether trying the same
+thing again may succeed.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class ErrorCode(StrEnum):
+    """Every code a Result, a tool result or a dead letter may carry."""
+
+    # Goals in.
+    MALFORMED_MESSAGE = "MALFORMED_MESSAGE"  # body is not JSON, or not an object of the goal shape
+    UNKNOWN_AGENT = "UNKNOWN_AGENT"  # the goal names no registered agent
+    INPUT_INVALID = "INPUT_INVALID"  # the goal's input breaks the agent's goal schema
+    # Runs out.
+    OUTPUT_INVALID = "OUTPUT_INVALID"  # the agent's final answer breaks its result schema
+    MAX_STEPS = "MAX_STEPS"
+    TOKEN_BUDGET = "TOKEN_BUDGET"
+    COST_BUDGET = "COST_BUDGET"
+    DEADLINE = "DEADLINE"
+    NO_PROGRESS = "NO_PROGRESS"
+    CANCELLED = "CANCELLED"
+    APPROVAL_DENIED = "APPROVAL_DENIED"
+    MODEL_ERROR = "MODEL_ERROR"  # the model adapter failed or returned something unusable
+    # Tools (structured results handed to the model).
+    UNKNOWN_TOOL = "UNKNOWN_TOOL"
+    INVALID_ARGUMENTS = "INVALID_ARGUMENTS"
+    PERMISSION_DENIED = "PERMISSION_DENIED"
+    TIMEOUT = "TIMEOUT"
+    TOOL_UNAVAILABLE = "TOOL_UNAVAILABLE"
+    RESPONSE_TOO_LARGE = "RESPONSE_TOO_LARGE"
+    TRANSIENT = "TRANSIENT"
+    INTERNAL = "INTERNAL"
+    UNKNOWN_OUTCOME = "UNKNOWN_OUTCOME"  # a non-idempotent tool's earlier attempt died mid-call
+    # Fleet.
+    POISON_MESSAGE = "POISON_MESSAGE"  # a message crashed its worker too often
+    MALFORMED_EVENT = "MALFORMED_EVENT"  # an internal message whose envelope does not validate
+
+
+RECOVERY_SUGGESTIONS: dict[ErrorCode, str] = {
+    ErrorCode.MALFORMED_MESSAGE: "Publish a UTF-8 JSON object with 'agent' and 'input' (see DESIGN.md 3.1).",
+    ErrorCode.UNKNOWN_AGENT: "Check the routing key goal.<agent> and that the workers load that agent.",
+    ErrorCode.INPUT_INVALID: "Fix the goal input so it matches the agent's goal schema.",
+    ErrorCode.OUTPUT_INVALID: "The agent's instructions or model must produce output matching its result schema.",
+    ErrorCode.MAX_STEPS: "Raise limits.max_steps or give the agent a narrower goal.",
+    ErrorCode.TOKEN_BUDGET: "Raise limits.max_tokens or shorten the context.",
+    ErrorCode.COST_BUDGET: "Raise limits.max_cost_usd.",
+    ErrorCode.DEADLINE: "Raise limits.deadline_s or split the goal.",
+    ErrorCode.NO_PROGRESS: "The model repeated itself; refine its instructions or tools.",
+    ErrorCode.CANCELLED: "Submit the goal again with a new goal_id if it is still wanted.",
+    ErrorCode.MODEL_ERROR: "Check the model adapter's configuration and the provider's status; resubmit.",
+    ErrorCode.POISON_MESSAGE: "Inspect the message with 'agentfleet dlq' and fix the worker before replaying.",
+}
+
+
+class AgentfleetError(Exception):
+    """Root of every error agentfleet raises."""
+
+    code: ErrorCode = ErrorCode.INTERNAL
+    retryable: bool = False
+
+    def __init__(self, message: str, *, code: ErrorCode | None = None) -> None:
+        super().__init__(message)
+        if code is not None:
+            self.code = code
+
+    @property
+    def message(self) -> str:
+        return str(self)
+
+
+class ConfigurationError(AgentfleetError):
+    """Settings, agent or tool declarations are wrong; fix and restart."""
+
+
+class GoalRejected(AgentfleetError):
+    """A goal cannot become a run (malformed, unknown agent, invalid input)."""
+
+
+class MalformedEvent(AgentfleetError):
+    """An internal message whose envelope does not validate."""
+
+    code = ErrorCode.MALFORMED_EVENT
+
+
+class ToolError(AgentfleetError):
+    """Raised by tool code to return a specific structured failure to the model."""
+
+    def __init__(self, message: str, *, code: ErrorCode = ErrorCode.INTERNAL, hint: str | None = None) -> None:
+        super().__init__(message, code=code)
+        self.hint = hint
+
+
+class TransientToolError(ToolError):
+    """A tool failure that may succeed if tried again (rate limit, flaky network)."""
+
+    retryable = True
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message, code=ErrorCode.TRANSIENT, hint=hint)
+
+
+class ModelError(AgentfleetError):
+    """The model adapter failed or returned something the loop cannot use."""
+
+    code = ErrorCode.MODEL_ERROR
+    retryable = True
+
+
+class StoreError(AgentfleetError):
+    """The store refused an operation (missing run, broken invariant)."""
+
+
+class BrokerError(AgentfleetError):
+    """A publish was not confirmed by the broker."""
+
+    retryable = True

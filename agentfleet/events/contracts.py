@@ -1,0 +1,86 @@
+"""The public wire contracts: goals in and Results out (DESIGN.md 3.1, 3.2).
+
+These are what other languages see; ``agentfleet schema`` exports them as JSON Schema.
+"""
+
+from __future__ import annotations
+
+import json
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from agentfleet.errors import RECOVERY_SUGGESTIONS, ErrorCode, GoalRejected
+
+
+class GoalLimits(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    max_steps: int | None = Field(default=None, ge=1)
+    max_tokens: int | None = Field(default=None, ge=1)
+    max_cost_usd: float | None = Field(default=None, ge=0)
+    deadline_s: float | None = Field(default=None, gt=0)
+
+    def requested(self) -> dict[str, Any]:
+        return self.model_dump(exclude_none=True)
+
+
+class Goal(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    agent: str = Field(min_length=1, max_length=128)
+    input: dict[str, Any]
+    goal_id: str | None = Field(default=None, min_length=1, max_length=200)
+    limits: GoalLimits = Field(default_factory=GoalLimits)
+
+
+class ResultStatus(StrEnum):
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    REJECTED = "rejected"
+    CANCELLED = "cancelled"
+
+
+class ResultUsage(BaseModel):
+    steps: int = 0
+    tokens: int = 0
+    cost_usd: float = 0.0
+
+
+class Result(BaseModel):
+    status: ResultStatus
+    run_id: str | None = None
+    goal_id: str | None = None
+    agent: str | None = None
+    output: dict[str, Any] | None = None
+    error_code: ErrorCode | None = None
+    message: str | None = None
+    recovery_suggestion: str | None = None
+    usage: ResultUsage = Field(default_factory=ResultUsage)
+
+    @classmethod
+    def rejection(cls, code: ErrorCode, message: str, *, agent: str | None = None,
+                  goal_id: str | None = None) -> Result:
+        return cls(status=ResultStatus.REJECTED, agent=agent, goal_id=goal_id, error_code=code,
+                   message=message, recovery_suggestion=RECOVERY_SUGGESTIONS.get(code))
+
+
+def parse_goal(body: bytes | str | dict[str, Any], routing_key: str | None = None) -> Goal:
+    """A goal from the wire, or GoalRejected saying exactly what is wrong with it."""
+    if isinstance(body, bytes | str):
+        try:
+            data = json.loads(body)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise GoalRejected(f"body is not JSON: {exc}", code=ErrorCode.MALFORMED_MESSAGE) from None
+    else:
+        data = body
+    if not isinstance(data, dict):
+        raise GoalRejected("body is not a JSON object", code=ErrorCode.MALFORMED_MESSAGE)
+    if "agent" not in data and routing_key and routing_key.startswith("goal."):
+        data = {**data, "agent": routing_key.removeprefix("goal.")}
+    try:
+        return Goal.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()[:5])
+        raise GoalRejected(f"not a goal: {problems}", code=ErrorCode.MALFORMED_MESSAGE) from None

@@ -1,0 +1,178 @@
+"""The event envelope and the core catalogue (DESIGN.md 3.3).
+
+Each internal message is a Celery task message: task name = routing key = event
+type, task id = event id, and its one keyword argument is the envelope.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from agentfleet.errors import MalformedEvent
+from agentfleet.loop.transcript import ToolCall, ToolResult
+
+SCHEMA_VERSION = 1
+
+
+class EventType(StrEnum):
+    GOAL_SUBMITTED = "goal.submitted"
+    TOOL_REQUESTED = "tool.requested"
+    TOOL_COMPLETED = "tool.completed"
+    TOOL_FAILED = "tool.failed"
+    OBSERVATION_RECORDED = "observation.recorded"
+    APPROVAL_REQUESTED = "approval.requested"
+    APPROVAL_RESOLVED = "approval.resolved"
+    RUN_CANCEL_REQUESTED = "run.cancel_requested"
+    RUN_COMPLETED = "run.completed"
+    RUN_FAILED = "run.failed"
+    TOOL_HEALTH_CHANGED = "tool.health_changed"
+
+
+class Envelope(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    event_id: str = Field(min_length=1, max_length=64)
+    type: EventType
+    run_id: str = Field(min_length=1, max_length=64)
+    trace_id: str = Field(min_length=1, max_length=64)
+    causation_id: str | None = None
+    occurred_at: datetime
+    schema_version: int = SCHEMA_VERSION
+    payload: dict[str, Any]
+
+    @classmethod
+    def new(
+        cls,
+        type: EventType,
+        run_id: str,
+        payload: BaseModel,
+        *,
+        trace_id: str,
+        event_id: str | None = None,
+        causation_id: str | None = None,
+    ) -> Envelope:
+        return cls(
+            event_id=event_id or str(uuid.uuid4()),
+            type=type,
+            run_id=run_id,
+            trace_id=trace_id,
+            causation_id=causation_id,
+            occurred_at=datetime.now(UTC),
+            payload=payload.model_dump(mode="json"),
+        )
+
+    def body(self) -> BaseModel:
+        """The payload as its typed model; MalformedEvent if it does not fit."""
+        model = PAYLOADS.get(self.type)
+        if model is None:
+            raise MalformedEvent(f"no payload model for {self.type}")
+        try:
+            return model.model_validate(self.payload)
+        except ValidationError as exc:
+            raise MalformedEvent(f"{self.type} payload invalid: {exc.errors()[:3]}") from exc
+
+    def wire(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+
+def decode(raw: Any) -> Envelope:
+    try:
+        return Envelope.model_validate(raw)
+    except ValidationError as exc:
+        raise MalformedEvent(f"envelope invalid: {exc.errors()[:3]}") from exc
+
+
+class _Payload(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class GoalSubmitted(_Payload):
+    agent: str
+    goal_id: str
+    input: dict[str, Any]
+    limits: dict[str, Any] = Field(default_factory=dict)
+    reply_to: str | None = None
+    correlation_id: str | None = None
+
+
+class ToolRequested(_Payload):
+    agent: str
+    iteration: int
+    call: ToolCall
+    sibling_call_ids: list[str]  # every call of this iteration, for the observer's fan-in
+    idempotency_key: str
+
+
+class ToolFinished(_Payload):
+    """Payload of both tool.completed and tool.failed."""
+
+    agent: str
+    iteration: int
+    call_id: str
+    tool: str
+    sibling_call_ids: list[str]
+    result: ToolResult
+    attempt: int = 1
+    worker: str | None = None
+
+
+class Observation(_Payload):
+    call_id: str
+    tool: str
+    result: ToolResult
+
+
+class ObservationRecorded(_Payload):
+    agent: str
+    iteration: int
+    observations: list[Observation]
+
+
+class RunCancelRequested(_Payload):
+    reason: str = "cancelled by request"
+
+
+class RunEnded(_Payload):
+    """Payload of run.completed and run.failed: the public Result."""
+
+    result: dict[str, Any]
+    redelivery: bool = False  # a later copy of the goal asked for the result again
+
+
+class ToolHealthChanged(_Payload):
+    tool: str
+    healthy: bool
+    detail: str | None = None
+
+
+class ApprovalRequested(_Payload):
+    agent: str
+    iteration: int
+    call: ToolCall
+    reason: str
+
+
+class ApprovalResolved(_Payload):
+    call_id: str
+    approved: bool
+    by: str | None = None
+
+
+PAYLOADS: dict[EventType, type[BaseModel]] = {
+    EventType.GOAL_SUBMITTED: GoalSubmitted,
+    EventType.TOOL_REQUESTED: ToolRequested,
+    EventType.TOOL_COMPLETED: ToolFinished,
+    EventType.TOOL_FAILED: ToolFinished,
+    EventType.OBSERVATION_RECORDED: ObservationRecorded,
+    EventType.APPROVAL_REQUESTED: ApprovalRequested,
+    EventType.APPROVAL_RESOLVED: ApprovalResolved,
+    EventType.RUN_CANCEL_REQUESTED: RunCancelRequested,
+    EventType.RUN_COMPLETED: RunEnded,
+    EventType.RUN_FAILED: RunEnded,
+    EventType.TOOL_HEALTH_CHANGED: ToolHealthChanged,
+}

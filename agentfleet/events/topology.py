@@ -1,0 +1,112 @@
+"""Exchanges, queues and bindings: declared at start-up by every process.
+
+Each core event type has exactly one consuming role. Every consuming queue
+dead-letters to ``<ns>.dead``, so a message Celery does not recognise is kept,
+not deleted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+from kombu import Connection, Exchange, Queue, binding
+
+from agentfleet import constants as C
+from agentfleet.events.envelope import EventType
+
+CONSUMERS: dict[EventType, str] = {
+    EventType.GOAL_SUBMITTED: C.PLANNER,
+    EventType.OBSERVATION_RECORDED: C.PLANNER,
+    EventType.TOOL_REQUESTED: C.EXECUTOR,
+    EventType.TOOL_COMPLETED: C.OBSERVER,
+    EventType.TOOL_FAILED: C.OBSERVER,
+    EventType.RUN_CANCEL_REQUESTED: C.OBSERVER,
+    EventType.RUN_COMPLETED: C.OBSERVER,
+    EventType.RUN_FAILED: C.OBSERVER,
+}
+
+# Published as plain JSON on the public exchange for dashboards and other systems.
+PUBLIC_TYPES: frozenset[EventType] = frozenset(
+    {EventType.RUN_COMPLETED, EventType.RUN_FAILED, EventType.APPROVAL_REQUESTED, EventType.APPROVAL_RESOLVED}
+)
+
+
+def consumed_by(role: str) -> list[EventType]:
+    return [t for t, r in CONSUMERS.items() if r == role]
+
+
+@dataclass(frozen=True)
+class Topology:
+    namespace: str = C.DEFAULT_NAMESPACE
+
+    def name(self, suffix: str) -> str:
+        return C.exchange_name(self.namespace, suffix)
+
+    @cached_property
+    def inbox(self) -> Exchange:
+        return Exchange(self.name(C.INBOX), type="topic", durable=True)
+
+    @cached_property
+    def events(self) -> Exchange:
+        return Exchange(self.name(C.EVENTS), type="topic", durable=True)
+
+    @cached_property
+    def public(self) -> Exchange:
+        return Exchange(self.name(C.PUBLIC), type="topic", durable=True)
+
+    @cached_property
+    def dead(self) -> Exchange:
+        return Exchange(self.name(C.DEAD), type="fanout", durable=True)
+
+    @property
+    def _dead_lettered(self) -> dict[str, str]:
+        return {"x-dead-letter-exchange": self.dead.name}
+
+    @cached_property
+    def role_queues(self) -> dict[str, Queue]:
+        return {
+            role: Queue(
+                C.queue_name(self.namespace, role),
+                [binding(self.events, routing_key=str(t)) for t in consumed_by(role)],
+                durable=True,
+                queue_arguments=self._dead_lettered,
+            )
+            for role in C.ROLES
+        }
+
+    @cached_property
+    def inbox_queue(self) -> Queue:
+        return Queue(
+            C.queue_name(self.namespace, C.INBOX),
+            exchange=self.inbox,
+            routing_key=f"{C.GOAL_ROUTING_PREFIX}*",
+            durable=True,
+            queue_arguments=self._dead_lettered,
+        )
+
+    @cached_property
+    def dead_queue(self) -> Queue:
+        return Queue(C.queue_name(self.namespace, C.DEAD), exchange=self.dead, routing_key="#", durable=True)
+
+    def queue_for(self, event_type: EventType) -> Queue:
+        return self.role_queues[CONSUMERS[event_type]]
+
+    def all_queues(self) -> list[Queue]:
+        return [*self.role_queues.values(), self.inbox_queue, self.dead_queue]
+
+    def declare(self, connection: Connection) -> None:
+        """Declare everything (idempotent). Called by every process at start-up."""
+        channel = connection.default_channel
+        for exchange in (self.inbox, self.events, self.public, self.dead):
+            exchange.bind(channel).declare()
+        for queue in self.all_queues():
+            queue.bind(channel).declare()
+
+    def delete(self, connection: Connection) -> None:
+        """Remove everything (for tests and teardown of a namespace)."""
+        channel = connection.default_channel
+        for queue in self.all_queues():
+            queue.bind(channel).delete()
+        for exchange in (self.inbox, self.events, self.public, self.dead):
+            exchange.bind(channel).delete()

@@ -1,0 +1,1 @@
+"""Agents shipped with agentfleet, ready to run."""

@@ -1,0 +1,80 @@
+"""Runs one tool call and turns every way it can go wrong into a structured result.
+
+A Python tool that hangs cannot be killed from inside its process; it runs in
+its own daemon thread and is abandoned at its timeout (the model sees TIMEOUT).
+Subprocess tools under a sandbox, which can be killed, are the harness's next step.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from typing import Any
+
+from agentfleet.errors import ErrorCode, ToolError
+from agentfleet.harness.tool import Tool, ToolContext
+from agentfleet.loop.transcript import ToolResult
+
+
+def run_tool(tool: Tool, arguments: dict[str, Any], ctx: ToolContext, default_timeout_s: float) -> ToolResult:
+    started = time.perf_counter()
+
+    def elapsed() -> float:
+        return round((time.perf_counter() - started) * 1000, 3)
+
+    try:
+        kwargs = tool.bind(arguments)
+    except ToolError as exc:
+        return ToolResult.failure(exc.code, exc.message, exc.hint, elapsed())
+    if tool.context_param:
+        kwargs[tool.context_param] = ctx
+
+    timeout = tool.timeout_s or default_timeout_s
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["output"] = tool.func(**kwargs)
+        except BaseException as exc:
+            box["error"] = exc
+
+    worker = threading.Thread(target=target, name=f"tool:{tool.name}:{ctx.call_id}", daemon=True)
+    worker.start()
+    worker.join(timeout)
+    if worker.is_alive():
+        return ToolResult.failure(
+            ErrorCode.TIMEOUT,
+            f"{tool.name} did not finish within {timeout:g}s",
+            "The tool may be overloaded; try narrower arguments or another tool.",
+            elapsed(),
+        )
+    if "error" in box:
+        return _failure_from(box["error"], tool, elapsed())
+    return _checked_output(tool, box.get("output"), elapsed())
+
+
+def _failure_from(exc: BaseException, tool: Tool, duration_ms: float) -> ToolResult:
+    if isinstance(exc, ToolError):
+        return ToolResult.failure(exc.code, exc.message, exc.hint, duration_ms)
+    return ToolResult.failure(
+        ErrorCode.INTERNAL,
+        f"{tool.name} raised {type(exc).__name__}: {exc}",
+        "This is a bug or outage in the tool; do not retry the same call unchanged.",
+        duration_ms,
+    )
+
+
+def _checked_output(tool: Tool, output: Any, duration_ms: float) -> ToolResult:
+    try:
+        encoded = json.dumps(output, default=str)
+    except (TypeError, ValueError) as exc:
+        return ToolResult.failure(ErrorCode.INTERNAL, f"{tool.name} returned non-JSON output: {exc}", None, duration_ms)
+    if len(encoded) > tool.response_limit:
+        return ToolResult.failure(
+            ErrorCode.RESPONSE_TOO_LARGE,
+            f"{tool.name} returned {len(encoded)} characters, over its limit of {tool.response_limit}",
+            "Ask for less: a narrower path, a smaller range, or a summary.",
+            duration_ms,
+        )
+    return ToolResult(ok=True, output=json.loads(encoded), duration_ms=duration_ms)

@@ -1,0 +1,72 @@
+"""Structured logs: JSON lines carrying run_id and trace_id, secrets redacted."""
+
+from __future__ import annotations
+
+import contextvars
+import json
+import logging
+import re
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from typing import Any
+
+_context: contextvars.ContextVar[dict[str, str]] = contextvars.ContextVar("agentfleet_log_context", default={})  # noqa: B039
+SECRET_KEY = re.compile(r"(pass(word)?|secret|token|api[_-]?key|authorization)", re.I)
+SECRET_IN_URL = re.compile(r"(://[^:/@\s]+:)([^@\s]+)(@)")
+_STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime"}
+
+
+def redact(value: Any) -> Any:
+    """Mask values under secret-looking keys and passwords inside URLs."""
+    if isinstance(value, dict):
+        return {k: "***" if SECRET_KEY.search(str(k)) else redact(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [redact(v) for v in value]
+    if isinstance(value, str):
+        return SECRET_IN_URL.sub(r"\1***\3", value)
+    return value
+
+
+@contextmanager
+def log_context(**fields: str) -> Iterator[None]:
+    token = _context.set({**_context.get(), **{k: v for k, v in fields.items() if v}})
+    try:
+        yield
+    finally:
+        _context.reset(token)
+
+
+class ContextFilter(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        for key, value in _context.get().items():
+            if not hasattr(record, key):
+                setattr(record, key, value)
+        return True
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        entry.update({k: v for k, v in vars(record).items() if k not in _STANDARD and not k.startswith("_")})
+        if record.exc_info:
+            entry["exc"] = self.formatException(record.exc_info)
+        return json.dumps(redact(entry), default=str)
+
+
+def configure(level: str = "INFO", as_json: bool = True) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.addFilter(ContextFilter())
+    handler.setFormatter(JsonFormatter() if as_json else logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    # The memory transport has no host; kombu warns about it on every connection.
+    logging.getLogger("kombu.connection").setLevel(max(logging.ERROR, root.level))
+    logging.getLogger("alembic").setLevel(max(logging.WARNING, root.level))

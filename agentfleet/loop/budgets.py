@@ -1,0 +1,57 @@
+"""Limits and the termination gates that end a loop for exactly one named reason."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from agentfleet import constants
+from agentfleet.errors import ErrorCode
+from agentfleet.loop.transcript import Usage
+
+
+class Limits(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_steps: int = Field(default=constants.DEFAULT_MAX_STEPS, ge=1, le=10_000)
+    max_tokens: int = Field(default=constants.DEFAULT_MAX_TOKENS, ge=1)
+    max_cost_usd: float = Field(default=constants.DEFAULT_MAX_COST_USD, ge=0)
+    deadline_s: float = Field(default=constants.DEFAULT_DEADLINE_S, gt=0)
+
+    def tightened_by(self, requested: dict[str, object] | None) -> Limits:
+        """A goal may ask for tighter limits than its agent's, never looser ones."""
+        if not requested:
+            return self
+        other = Limits.model_validate({**self.model_dump(), **requested})
+        return Limits(
+            max_steps=min(self.max_steps, other.max_steps),
+            max_tokens=min(self.max_tokens, other.max_tokens),
+            max_cost_usd=min(self.max_cost_usd, other.max_cost_usd),
+            deadline_s=min(self.deadline_s, other.deadline_s),
+        )
+
+
+@dataclass(frozen=True)
+class Termination:
+    """Why a loop must end now."""
+
+    code: ErrorCode
+    message: str
+
+
+def check_gates(limits: Limits, usage: Usage, iteration: int, elapsed_s: float) -> Termination | None:
+    """Gates checked before each model call; the first that trips names the ending."""
+    if iteration >= limits.max_steps:
+        return Termination(ErrorCode.MAX_STEPS, f"reached max_steps={limits.max_steps} without a final answer")
+    if usage.total_tokens >= limits.max_tokens:
+        return Termination(
+            ErrorCode.TOKEN_BUDGET, f"used {usage.total_tokens} tokens of max_tokens={limits.max_tokens}"
+        )
+    if usage.cost_usd >= limits.max_cost_usd and limits.max_cost_usd > 0:
+        return Termination(
+            ErrorCode.COST_BUDGET, f"spent ${usage.cost_usd:.4f} of max_cost_usd={limits.max_cost_usd}"
+        )
+    if elapsed_s >= limits.deadline_s:
+        return Termination(ErrorCode.DEADLINE, f"ran {elapsed_s:.1f}s of deadline_s={limits.deadline_s}")
+    return None

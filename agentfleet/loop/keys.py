@@ -1,0 +1,24 @@
+"""Deterministic identities: run ids from goals, step keys from steps, event ids from causes."""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+
+from agentfleet.constants import ID_NAMESPACE
+
+
+def run_id_for(agent: str, goal_id: str) -> str:
+    """Same (agent, goal_id) → same run: the client's goal_id is its idempotency key."""
+    return str(uuid.uuid5(ID_NAMESPACE, f"run/{agent}/{goal_id}"))
+
+
+def idempotency_key(run_id: str, iteration: int, kind: str, call_id: str = "") -> str:
+    """The key of one step, unique in the store and handed to tools for outside systems."""
+    raw = f"{run_id}|{iteration}|{kind}|{call_id}".encode()
+    return hashlib.sha256(raw).hexdigest()[:40]
+
+
+def derived_event_id(cause_event_id: str, *parts: object) -> str:
+    """An event's id derived from the event that caused it, so a re-run publishes the same ids."""
+    return str(uuid.uuid5(ID_NAMESPACE, "/".join([cause_event_id, *map(str, parts)])))

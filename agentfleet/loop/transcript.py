@@ -1,0 +1,79 @@
+"""The data a run's history is made of: messages, tool calls, model turns, usage.
+
+Plain pydantic data shared by the loop, the context builder and model adapters.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class ToolCall(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    id: str = Field(min_length=1, max_length=128)
+    name: str = Field(min_length=1, max_length=128)
+    arguments: dict[str, Any] = Field(default_factory=dict)
+
+
+class Usage(BaseModel):
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float = 0.0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            cost_usd=round(self.cost_usd + other.cost_usd, 8),
+        )
+
+
+class Message(BaseModel):
+    role: Literal["system", "user", "assistant", "tool"]
+    content: str | None = None
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+    tool_call_id: str | None = None
+    name: str | None = None
+
+
+class ModelTurn(BaseModel):
+    """One answer of a model: text, tool calls, or both."""
+
+    text: str | None = None
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+    usage: Usage = Field(default_factory=Usage)
+    model: str = "unknown"
+
+    def as_message(self) -> Message:
+        return Message(role="assistant", content=self.text, tool_calls=list(self.tool_calls))
+
+
+class ToolResult(BaseModel):
+    """What a tool call produced: an output, or a structured failure with a hint for the model."""
+
+    ok: bool
+    output: Any = None
+    error_code: str | None = None
+    message: str | None = None
+    hint: str | None = None
+    duration_ms: float = 0.0
+
+    @classmethod
+    def failure(cls, code: str, message: str, hint: str | None = None, duration_ms: float = 0.0) -> ToolResult:
+        return cls(ok=False, error_code=code, message=message, hint=hint, duration_ms=duration_ms)
+
+    def for_model(self) -> dict[str, Any]:
+        if self.ok:
+            return {"ok": True, "output": self.output}
+        return {"ok": False, "error_code": self.error_code, "message": self.message, "hint": self.hint}
+
+    def for_model_json(self) -> str:
+        return json.dumps(self.for_model(), default=str, sort_keys=True)

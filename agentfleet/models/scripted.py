@@ -1,0 +1,44 @@
+"""A model whose turns a test writes down, one per iteration."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from agentfleet.constants import FINAL_ANSWER_TOOL
+from agentfleet.errors import ModelError
+from agentfleet.loop.transcript import ModelTurn, ToolCall, Usage
+from agentfleet.models.base import ModelRequest
+
+Turn = ModelTurn | Callable[[ModelRequest], ModelTurn]
+
+
+class ScriptedModel:
+    """Iteration N gets turn N (a ModelTurn, or a function of the request)."""
+
+    offline = True
+
+    def __init__(self, turns: Sequence[Turn], name: str = "scripted") -> None:
+        self.turns = list(turns)
+        self.name = name
+
+    def complete(self, request: ModelRequest) -> ModelTurn:
+        if request.iteration >= len(self.turns):
+            raise ModelError(f"{self.name} has no turn for iteration {request.iteration}")
+        turn = self.turns[request.iteration]
+        result = turn(request) if callable(turn) else turn
+        return result.model_copy(update={"model": self.name})
+
+    @staticmethod
+    def calls(*calls: tuple[str, dict[str, Any]] | ToolCall, tokens: int = 10) -> ModelTurn:
+        """A turn making these calls; ids are generated when given as (name, args)."""
+        built = [c if isinstance(c, ToolCall) else ToolCall(id=f"call{i}", name=c[0], arguments=c[1])
+                 for i, c in enumerate(calls)]
+        return ModelTurn(tool_calls=built, usage=Usage(input_tokens=tokens, output_tokens=tokens))
+
+    @staticmethod
+    def final(output: dict[str, Any], tokens: int = 10) -> ModelTurn:
+        return ModelTurn(
+            tool_calls=[ToolCall(id="final", name=FINAL_ANSWER_TOOL, arguments=output)],
+            usage=Usage(input_tokens=tokens, output_tokens=tokens),
+        )

@@ -1,0 +1,6 @@
+"""SQLAlchemy tables, the repository, and Alembic migrations."""
+
+from agentfleet.store.db import make_engine, upgrade
+from agentfleet.store.repository import RunRecord, StepRecord, Store
+
+__all__ = ["RunRecord", "StepRecord", "Store", "make_engine", "upgrade"]

@@ -1,0 +1,332 @@
+"""The only place that reads and writes the tables.
+
+Handlers pass a connection for writes that must commit together (a step's
+outcome, the run's transition and the events to publish); reads that stand
+alone open their own.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import Connection, Engine, func, insert, select, text, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+from agentfleet.loop.states import RunState, can_transition
+from agentfleet.loop.transcript import Message, Usage
+from agentfleet.store import tables as T
+
+log = logging.getLogger(__name__)
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    run_id: str
+    agent: str
+    goal_id: str
+    trace_id: str
+    state: RunState
+    version: int
+    iteration: int
+    input: dict[str, Any]
+    limits: dict[str, Any]
+    steps_used: int
+    input_tokens: int
+    output_tokens: int
+    cost_usd: float
+    result: dict[str, Any] | None
+    error_code: str | None
+    created_at: datetime
+    updated_at: datetime
+
+    @classmethod
+    def from_row(cls, row: Any) -> RunRecord:
+        data = dict(row._mapping)
+        data["state"] = RunState(data["state"])
+        for key in ("created_at", "updated_at"):
+            if data[key].tzinfo is None:  # SQLite drops the zone; we only ever store UTC
+                data[key] = data[key].replace(tzinfo=UTC)
+        return cls(**data)
+
+    @property
+    def usage(self) -> Usage:
+        return Usage(input_tokens=self.input_tokens, output_tokens=self.output_tokens, cost_usd=self.cost_usd)
+
+    def elapsed_s(self) -> float:
+        return (now() - self.created_at).total_seconds()
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    idempotency_key: str
+    status: str
+    attempts: int
+    output: Any
+    fresh: bool  # this call created the intent (no earlier attempt)
+
+
+class Store:
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.dialect = engine.dialect.name
+        self._local_locks: set[str] = set()
+        self._local_guard = threading.Lock()
+
+    # -- plumbing ---------------------------------------------------------------
+
+    @contextmanager
+    def tx(self) -> Iterator[Connection]:
+        with self.engine.begin() as conn:
+            yield conn
+
+    def _insert_ignore(self, conn: Connection, table: Any, values: dict[str, Any], keys: Sequence[str]) -> bool:
+        """Insert unless a row with the same keys exists; True when this call inserted it."""
+        dialect_insert = pg_insert if self.dialect == "postgresql" else sqlite_insert
+        stmt = dialect_insert(table).values(**values).on_conflict_do_nothing(index_elements=list(keys))
+        return conn.execute(stmt).rowcount == 1
+
+    @contextmanager
+    def step_lock(self, key: str) -> Iterator[bool]:
+        """Exclusive hold on one step while it runs; released if this process dies.
+
+        Postgres: a session advisory lock on its own connection (a killed worker's
+        connection drops, and the lock with it). SQLite (one process): a local set.
+        """
+        if self.dialect != "postgresql":
+            with self._local_guard:
+                got = key not in self._local_locks
+                if got:
+                    self._local_locks.add(key)
+            try:
+                yield got
+            finally:
+                if got:
+                    with self._local_guard:
+                        self._local_locks.discard(key)
+            return
+        lock_id = int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "big", signed=True)
+        conn = self.engine.connect()
+        got = False
+        try:
+            got = bool(conn.execute(text("SELECT pg_try_advisory_lock(:k)"), {"k": lock_id}).scalar())
+            conn.commit()
+            yield got
+        finally:
+            try:
+                if got:
+                    conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": lock_id})
+                    conn.commit()
+            except Exception:
+                conn.invalidate()  # never hand a connection holding a lock back to the pool
+                raise
+            finally:
+                conn.close()
+
+    # -- runs -------------------------------------------------------------------
+
+    def create_run(
+        self,
+        conn: Connection,
+        *,
+        run_id: str,
+        agent: str,
+        goal_id: str,
+        trace_id: str,
+        input: dict[str, Any],
+        limits: dict[str, Any],
+    ) -> bool:
+        ts = now()
+        return self._insert_ignore(
+            conn,
+            T.runs,
+            dict(run_id=run_id, agent=agent, goal_id=goal_id, trace_id=trace_id, state=RunState.PENDING,
+                 version=0, iteration=0, input=input, limits=limits, steps_used=0, input_tokens=0,
+                 output_tokens=0, cost_usd=0.0, created_at=ts, updated_at=ts),
+            ["run_id"],
+        )
+
+    def get_run(self, run_id: str, conn: Connection | None = None, *, lock: bool = False) -> RunRecord | None:
+        stmt = select(T.runs).where(T.runs.c.run_id == run_id)
+        if lock:
+            stmt = stmt.with_for_update()
+        if conn is not None:
+            row = conn.execute(stmt).first()
+        else:
+            with self.engine.connect() as own:
+                row = own.execute(stmt).first()
+        return RunRecord.from_row(row) if row else None
+
+    def list_runs(self, limit: int = 20) -> list[RunRecord]:
+        with self.engine.connect() as conn:
+            rows = conn.execute(select(T.runs).order_by(T.runs.c.created_at.desc()).limit(limit)).all()
+        return [RunRecord.from_row(r) for r in rows]
+
+    def transition(self, conn: Connection, run: RunRecord, target: RunState, **fields: Any) -> bool:
+        """Compare-and-set on (state, version); an illegal or stale transition is a logged no-op."""
+        if not can_transition(run.state, target):
+            log.warning("illegal transition ignored", extra={"run_id": run.run_id, "from": run.state, "to": target})
+            return False
+        stmt = (
+            update(T.runs)
+            .where(T.runs.c.run_id == run.run_id, T.runs.c.state == run.state, T.runs.c.version == run.version)
+            .values(state=target, version=run.version + 1, updated_at=now(), **fields)
+        )
+        if conn.execute(stmt).rowcount != 1:
+            log.info("stale transition ignored", extra={"run_id": run.run_id, "from": run.state, "to": target})
+            return False
+        return True
+
+    # -- steps (write-ahead) ------------------------------------------------------
+
+    def begin_step(
+        self,
+        *,
+        key: str,
+        run_id: str,
+        iteration: int,
+        kind: str,
+        call_id: str = "",
+        name: str = "",
+        input: Any = None,
+        worker: str | None = None,
+    ) -> StepRecord:
+        """Record the intent before any side effect; an existing unfinished intent counts an attempt."""
+        with self.tx() as conn:
+            fresh = self._insert_ignore(
+                conn,
+                T.steps,
+                dict(idempotency_key=key, run_id=run_id, iteration=iteration, kind=kind, call_id=call_id,
+                     name=name, status="started", attempts=1, input=input, worker=worker, started_at=now()),
+                ["idempotency_key"],
+            )
+            if not fresh:
+                conn.execute(
+                    update(T.steps)
+                    .where(T.steps.c.idempotency_key == key, T.steps.c.status == "started")
+                    .values(attempts=T.steps.c.attempts + 1, worker=worker, started_at=now())
+                )
+            row = conn.execute(select(T.steps).where(T.steps.c.idempotency_key == key)).one()
+        return StepRecord(key, row.status, row.attempts, row.output, fresh)
+
+    def finish_step(self, conn: Connection, key: str, *, status: str, output: Any, duration_ms: float) -> None:
+        conn.execute(
+            update(T.steps)
+            .where(T.steps.c.idempotency_key == key)
+            .values(status=status, output=output, finished_at=now(), duration_ms=duration_ms)
+        )
+
+    def steps(self, run_id: str) -> list[dict[str, Any]]:
+        with self.engine.connect() as conn:
+            rows = conn.execute(select(T.steps).where(T.steps.c.run_id == run_id).order_by(T.steps.c.id)).all()
+        return [dict(r._mapping) for r in rows]
+
+    def plan_signatures(self, run_id: str) -> list[str]:
+        """Call-set fingerprints of the run's earlier plans, oldest first (for no-progress detection)."""
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                select(T.steps.c.output)
+                .where(T.steps.c.run_id == run_id, T.steps.c.kind == "plan", T.steps.c.status == "succeeded")
+                .order_by(T.steps.c.iteration)
+            ).all()
+        return [r.output["signature"] for r in rows if r.output and r.output.get("signature")]
+
+    # -- transcript ---------------------------------------------------------------
+
+    def append_messages(self, conn: Connection, run_id: str, iteration: int, msgs: Sequence[Message],
+                        start: int = 0) -> None:
+        for i, message in enumerate(msgs, start=start):
+            self._insert_ignore(
+                conn, T.messages,
+                dict(run_id=run_id, iteration=iteration, position=i, body=message.model_dump(mode="json")),
+                ["run_id", "iteration", "position"],
+            )
+
+    def transcript(self, run_id: str) -> list[Message]:
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                select(T.messages.c.body)
+                .where(T.messages.c.run_id == run_id)
+                .order_by(T.messages.c.iteration, T.messages.c.position)
+            ).all()
+        return [Message.model_validate(r.body) for r in rows]
+
+    # -- observer fan-in ------------------------------------------------------------
+
+    def record_observation(self, conn: Connection, *, run_id: str, iteration: int, call_id: str, tool: str,
+                           result: dict[str, Any]) -> bool:
+        return self._insert_ignore(
+            conn, T.observations,
+            dict(run_id=run_id, iteration=iteration, call_id=call_id, tool=tool, result=result, received_at=now()),
+            ["run_id", "iteration", "call_id"],
+        )
+
+    def observations(self, conn: Connection, run_id: str, iteration: int) -> list[dict[str, Any]]:
+        rows = conn.execute(
+            select(T.observations)
+            .where(T.observations.c.run_id == run_id, T.observations.c.iteration == iteration)
+        ).all()
+        return [dict(r._mapping) for r in rows]
+
+    # -- dedupe and outbox -------------------------------------------------------------
+
+    def processed_outbox(self, event_id: str, consumer: str) -> list[dict[str, Any]] | None:
+        with self.engine.connect() as conn:
+            row = conn.execute(
+                select(T.processed_events.c.outbox).where(
+                    T.processed_events.c.event_id == event_id, T.processed_events.c.consumer == consumer
+                )
+            ).first()
+        return None if row is None else list(row.outbox)
+
+    def mark_processed(self, conn: Connection, event_id: str, consumer: str, outbox: list[dict[str, Any]]) -> bool:
+        return self._insert_ignore(
+            conn, T.processed_events,
+            dict(event_id=event_id, consumer=consumer, outbox=outbox, processed_at=now()),
+            ["event_id", "consumer"],
+        )
+
+    # -- reply targets ------------------------------------------------------------------
+
+    def add_reply(self, conn: Connection, run_id: str, reply_to: str, correlation_id: str | None) -> None:
+        self._insert_ignore(
+            conn, T.run_replies,
+            dict(run_id=run_id, reply_to=reply_to, correlation_id=correlation_id or ""),
+            ["run_id", "reply_to", "correlation_id"],
+        )
+
+    def pending_replies(self, run_id: str) -> list[tuple[int, str, str]]:
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                select(T.run_replies.c.id, T.run_replies.c.reply_to, T.run_replies.c.correlation_id)
+                .where(T.run_replies.c.run_id == run_id, T.run_replies.c.delivered_at.is_(None))
+                .order_by(T.run_replies.c.id)
+            ).all()
+        return [(r.id, r.reply_to, r.correlation_id) for r in rows]
+
+    def mark_replied(self, conn: Connection, ids: Sequence[int]) -> None:
+        if ids:
+            conn.execute(update(T.run_replies).where(T.run_replies.c.id.in_(list(ids))).values(delivered_at=now()))
+
+    # -- housekeeping -------------------------------------------------------------------
+
+    def counts(self) -> dict[str, int]:
+        with self.engine.connect() as conn:
+            return {
+                t.name: conn.execute(select(func.count()).select_from(t)).scalar_one()
+                for t in T.metadata.sorted_tables
+            }
+
+    def insert_raw(self, conn: Connection, table: Any, values: dict[str, Any]) -> None:
+        conn.execute(insert(table).values(**values))

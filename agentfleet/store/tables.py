@@ -1,0 +1,113 @@
+"""SQLAlchemy tables. Alembic migrations (``store/migrations``) create them; this is the code's view."""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Column,
+    DateTime,
+    Float,
+    Integer,
+    MetaData,
+    PrimaryKeyConstraint,
+    String,
+    Table,
+    UniqueConstraint,
+)
+
+metadata = MetaData()
+Id = BigInteger().with_variant(Integer, "sqlite")  # SQLite autoincrements INTEGER only
+Ts = DateTime(timezone=True)
+
+runs = Table(
+    "runs",
+    metadata,
+    Column("run_id", String(64), primary_key=True),
+    Column("agent", String(128), nullable=False),
+    Column("goal_id", String(200), nullable=False),
+    Column("trace_id", String(64), nullable=False),
+    Column("state", String(32), nullable=False),
+    Column("version", Integer, nullable=False, default=0),
+    Column("iteration", Integer, nullable=False, default=0),
+    Column("input", JSON, nullable=False),
+    Column("limits", JSON, nullable=False),
+    Column("steps_used", Integer, nullable=False, default=0),
+    Column("input_tokens", Integer, nullable=False, default=0),
+    Column("output_tokens", Integer, nullable=False, default=0),
+    Column("cost_usd", Float, nullable=False, default=0.0),
+    Column("result", JSON),
+    Column("error_code", String(64)),
+    Column("created_at", Ts, nullable=False),
+    Column("updated_at", Ts, nullable=False),
+    UniqueConstraint("agent", "goal_id", name="uq_runs_agent_goal"),
+)
+
+# One row per step attempt-set: intent (status started) before side effects, outcome after.
+steps = Table(
+    "steps",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("idempotency_key", String(64), nullable=False, unique=True),
+    Column("run_id", String(64), nullable=False, index=True),
+    Column("iteration", Integer, nullable=False),
+    Column("kind", String(16), nullable=False),  # plan | tool
+    Column("call_id", String(128), nullable=False, default=""),
+    Column("name", String(128), nullable=False, default=""),
+    Column("status", String(16), nullable=False),  # started | succeeded | failed
+    Column("attempts", Integer, nullable=False, default=1),
+    Column("input", JSON),
+    Column("output", JSON),
+    Column("worker", String(255)),
+    Column("started_at", Ts, nullable=False),
+    Column("finished_at", Ts),
+    Column("duration_ms", Float),
+)
+
+# The transcript, append-only: storage grows with the conversation, never quadratically.
+messages = Table(
+    "messages",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("run_id", String(64), nullable=False),
+    Column("iteration", Integer, nullable=False),
+    Column("position", Integer, nullable=False),
+    Column("body", JSON, nullable=False),
+    UniqueConstraint("run_id", "iteration", "position", name="uq_messages_slot"),
+)
+
+# The observer's fan-in ledger: one row per tool result received.
+observations = Table(
+    "observations",
+    metadata,
+    Column("run_id", String(64), nullable=False),
+    Column("iteration", Integer, nullable=False),
+    Column("call_id", String(128), nullable=False),
+    Column("tool", String(128), nullable=False),
+    Column("result", JSON, nullable=False),
+    Column("received_at", Ts, nullable=False),
+    PrimaryKeyConstraint("run_id", "iteration", "call_id", name="pk_observations"),
+)
+
+# Dedupe on (event_id, consumer), with the events that handling produced (republished on redelivery).
+processed_events = Table(
+    "processed_events",
+    metadata,
+    Column("event_id", String(64), nullable=False),
+    Column("consumer", String(32), nullable=False),
+    Column("outbox", JSON, nullable=False),
+    Column("processed_at", Ts, nullable=False),
+    PrimaryKeyConstraint("event_id", "consumer", name="pk_processed_events"),
+)
+
+# Who asked for a run's Result (every copy of the goal with a reply_to).
+run_replies = Table(
+    "run_replies",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("run_id", String(64), nullable=False, index=True),
+    Column("reply_to", String(255), nullable=False),
+    Column("correlation_id", String(255), nullable=False, default=""),
+    Column("delivered_at", Ts),
+    UniqueConstraint("run_id", "reply_to", "correlation_id", name="uq_run_replies"),
+)

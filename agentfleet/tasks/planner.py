@@ -1,0 +1,218 @@
+"""Planner: creates runs from goals and, each iteration, asks the model what to do next.
+
+The model's turn is checkpointed as the plan step's outcome, so a redelivered
+event reuses it instead of calling the model again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+
+from sqlalchemy import Connection
+from tenacity import retry, retry_if_exception, stop_after_attempt, wait_exponential
+
+from agentfleet.config.agents import Agent
+from agentfleet.context.builder import build_messages
+from agentfleet.errors import RECOVERY_SUGGESTIONS, AgentfleetError, ErrorCode
+from agentfleet.events.contracts import Result, ResultStatus
+from agentfleet.events.envelope import (
+    Envelope,
+    EventType,
+    GoalSubmitted,
+    ObservationRecorded,
+    ToolRequested,
+)
+from agentfleet.loop.budgets import Limits, check_gates
+from agentfleet.loop.decisions import Dispatch, Fail, Finish, decide, schema_errors
+from agentfleet.loop.keys import idempotency_key
+from agentfleet.loop.states import RunState, is_terminal
+from agentfleet.loop.transcript import Message, ModelTurn
+from agentfleet.models.base import ModelRequest
+from agentfleet.store.repository import RunRecord
+from agentfleet.tasks.base import InFlight, Step, result_of
+
+log = logging.getLogger(__name__)
+
+
+def on_goal_submitted(step: Step) -> list[Envelope]:
+    goal = step.env.body()
+    assert isinstance(goal, GoalSubmitted)
+    store = step.rt.store
+    agent = step.rt.agent(goal.agent)
+    if agent is None or schema_errors(agent.goal_schema, goal.input):
+        # Admission validates before publishing; reaching here means workers disagree on agents.
+        raise AgentfleetError(f"goal for {goal.agent!r} reached the planner but does not admit here",
+                              code=ErrorCode.UNKNOWN_AGENT)
+    limits = agent.limits.tightened_by(goal.limits)
+    with store.tx() as conn:
+        created = store.create_run(
+            conn, run_id=step.env.run_id, agent=goal.agent, goal_id=goal.goal_id, trace_id=step.env.trace_id,
+            input=goal.input, limits=limits.model_dump(),
+        )
+        if goal.reply_to:
+            store.add_reply(conn, step.env.run_id, goal.reply_to, goal.correlation_id)
+        run = store.get_run(step.env.run_id, conn, lock=True)
+        assert run is not None
+        if run.state == RunState.PENDING:
+            store.transition(conn, run, RunState.PLANNING)
+        elif run.state != RunState.PLANNING or run.iteration != 0:
+            # A second copy of a goal already under way (or done): one run, and this copy's
+            # reply_to gets that run's Result when there is one.
+            events = []
+            if is_terminal(run.state) and goal.reply_to and run.result:
+                events = [step.run_ended(run.run_id, Result.model_validate(run.result), redelivery=True)]
+            return step.commit(conn, events)
+    run = store.get_run(step.env.run_id)
+    assert run is not None
+    return _plan(step, agent, run, iteration=0, new_messages=[])
+
+
+def on_observation_recorded(step: Step) -> list[Envelope]:
+    obs = step.env.body()
+    assert isinstance(obs, ObservationRecorded)
+    store = step.rt.store
+    agent = step.rt.agent(obs.agent)
+    if agent is None:
+        raise AgentfleetError(f"agent {obs.agent!r} is not loaded by this planner", code=ErrorCode.UNKNOWN_AGENT)
+    nxt = obs.iteration + 1
+    with store.tx() as conn:
+        run = store.get_run(step.env.run_id, conn, lock=True)
+        if run is None:
+            return step.commit(conn, [])
+        if run.state == RunState.OBSERVING and run.iteration == obs.iteration:
+            store.transition(conn, run, RunState.PLANNING, iteration=nxt)
+        elif not (run.state == RunState.PLANNING and run.iteration == nxt):
+            log.info("stale observation ignored", extra={"state": run.state, "iteration": run.iteration})
+            return step.commit(conn, [])
+    run = store.get_run(step.env.run_id)
+    assert run is not None
+    tool_messages = [
+        Message(role="tool", tool_call_id=o.call_id, name=o.tool, content=o.result.for_model_json())
+        for o in obs.observations
+    ]
+    return _plan(step, agent, run, iteration=nxt, new_messages=tool_messages)
+
+
+def _plan(step: Step, agent: Agent, run: RunRecord, *, iteration: int, new_messages: list[Message]) -> list[Envelope]:
+    """One iteration: gates, the model call (or its checkpoint), the decision, committed with its events."""
+    store = step.rt.store
+    limits = Limits.model_validate(run.limits)
+    key = idempotency_key(run.run_id, iteration, "plan")
+    with store.step_lock(key) as held:
+        if not held:
+            raise InFlight(f"plan step {key} is being planned elsewhere")
+        gate = check_gates(limits, run.usage, iteration, run.elapsed_s())
+        if gate is not None:
+            return _end(step, run, new_messages, iteration, None, ResultStatus.FAILED, gate.code, gate.message)
+        record = store.begin_step(key=key, run_id=run.run_id, iteration=iteration, kind="plan", worker=step.worker)
+        if record.status != "started":
+            with store.tx() as conn:  # planned by an earlier handling that already committed its events
+                return step.commit(conn, [])
+        if record.attempts > step.rt.settings.max_step_attempts:
+            msg = f"planning iteration {iteration} crashed its worker {record.attempts - 1} times"
+            return _end(step, run, new_messages, iteration, None, ResultStatus.FAILED, ErrorCode.POISON_MESSAGE, msg)
+        request = ModelRequest(
+            run_id=run.run_id, agent=agent.name, iteration=iteration, goal=run.input, tools=agent.tool_specs(),
+            messages=build_messages(agent.instructions, run.input, store.transcript(run.run_id) + new_messages,
+                                    budget_tokens=limits.max_tokens),
+        )
+        started = time.perf_counter()
+        try:
+            turn = _complete(agent, request)
+        except Exception as exc:
+            log.warning("model call failed: %s", exc, extra={"model": agent.model.name})
+            return _end(step, run, new_messages, iteration, None, ResultStatus.FAILED, ErrorCode.MODEL_ERROR,
+                        f"{agent.model.name}: {exc}")
+        planned = Planned(turn, round((time.perf_counter() - started) * 1000, 3))
+        decision = decide(turn, agent.result_schema, store.plan_signatures(run.run_id))
+        if isinstance(decision, Finish):
+            return _end(step, run, new_messages, iteration, planned, ResultStatus.SUCCEEDED, output=decision.output)
+        if isinstance(decision, Fail):
+            message = decision.message + (": " + "; ".join(decision.details) if decision.details else "")
+            return _end(step, run, new_messages, iteration, planned, ResultStatus.FAILED, decision.code, message)
+        return _dispatch(step, run, new_messages, iteration, planned, decision)
+
+
+@dataclasses.dataclass(frozen=True)
+class Planned:
+    """A model turn and how long the model took to give it."""
+
+    turn: ModelTurn
+    duration_ms: float
+
+
+def _is_retryable(exc: BaseException) -> bool:
+    return isinstance(exc, AgentfleetError) and exc.retryable
+
+
+@retry(retry=retry_if_exception(_is_retryable), stop=stop_after_attempt(3),
+       wait=wait_exponential(multiplier=0.2, max=5), reraise=True)
+def _complete(agent: Agent, request: ModelRequest) -> ModelTurn:
+    return agent.model.complete(request)
+
+
+def _usage_fields(run: RunRecord, turn: ModelTurn | None) -> dict[str, object]:
+    usage = run.usage + turn.usage if turn else run.usage
+    return dict(steps_used=run.steps_used + (1 if turn else 0), input_tokens=usage.input_tokens,
+                output_tokens=usage.output_tokens, cost_usd=usage.cost_usd)
+
+
+def _checkpoint(step: Step, conn: Connection, run: RunRecord, iteration: int, new_messages: list[Message],
+                planned: Planned | None, signature: str | None) -> None:
+    """Store the observations that led here, the model's turn and the plan step's outcome."""
+    store = step.rt.store
+    if new_messages:
+        store.append_messages(conn, run.run_id, iteration - 1, new_messages, start=1)
+    if planned is not None:
+        store.append_messages(conn, run.run_id, iteration, [planned.turn.as_message()])
+        store.finish_step(conn, idempotency_key(run.run_id, iteration, "plan"), status="succeeded",
+                          output={"turn": planned.turn.model_dump(mode="json"), "signature": signature},
+                          duration_ms=planned.duration_ms)
+
+
+def _dispatch(step: Step, run: RunRecord, new_messages: list[Message], iteration: int, planned: Planned,
+              decision: Dispatch) -> list[Envelope]:
+    store = step.rt.store
+    call_ids = [c.id for c in decision.calls]
+    events = [
+        step.event(
+            EventType.TOOL_REQUESTED,
+            ToolRequested(agent=run.agent, iteration=iteration, call=call, sibling_call_ids=call_ids,
+                          idempotency_key=idempotency_key(run.run_id, iteration, "tool", call.id)),
+            key=(iteration, call.id),
+        )
+        for call in decision.calls
+    ]
+    with store.tx() as conn:
+        current = store.get_run(run.run_id, conn, lock=True)
+        if current is None or current.state != RunState.PLANNING or current.iteration != iteration:
+            return step.commit(conn, [])
+        _checkpoint(step, conn, run, iteration, new_messages, planned, decision.signature)
+        if not store.transition(conn, current, RunState.EXECUTING, **_usage_fields(current, planned.turn)):
+            return step.commit(conn, [])
+        return step.commit(conn, events)
+
+
+def _end(step: Step, run: RunRecord, new_messages: list[Message], iteration: int, planned: Planned | None,
+         status: ResultStatus, code: ErrorCode | None = None, message: str | None = None,
+         output: dict[str, object] | None = None) -> list[Envelope]:
+    store = step.rt.store
+    with store.tx() as conn:
+        current = store.get_run(run.run_id, conn, lock=True)
+        if current is None or is_terminal(current.state) or current.iteration != iteration:
+            return step.commit(conn, [])
+        _checkpoint(step, conn, run, iteration, new_messages, planned, None)
+        if planned is None:  # the plan step (if it began) ends with the run
+            store.finish_step(conn, idempotency_key(run.run_id, iteration, "plan"), status="failed",
+                              output={"error_code": code, "message": message}, duration_ms=0.0)
+        turn = planned.turn if planned else None
+        ended = dataclasses.replace(current, **_usage_fields(current, turn))  # type: ignore[arg-type]
+        result = result_of(ended, status=status, output=output, error_code=code, message=message,
+                           recovery_suggestion=RECOVERY_SUGGESTIONS.get(code) if code else None)
+        target = RunState.SUCCEEDED if status == ResultStatus.SUCCEEDED else RunState.FAILED
+        if not store.transition(conn, current, target, result=result.model_dump(mode="json"),
+                                error_code=code, **_usage_fields(current, turn)):
+            return step.commit(conn, [])
+        return step.commit(conn, [step.run_ended(run.run_id, result)])

@@ -1,0 +1,60 @@
+"""What handlers need, built once per process: settings, agents, store, publisher."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+from celery import Celery
+
+from agentfleet.config.agents import Agent, AgentRegistry, load_agents
+from agentfleet.config.settings import Settings
+from agentfleet.events.publisher import Publisher
+from agentfleet.events.topology import Topology
+from agentfleet.store.db import make_engine
+from agentfleet.store.repository import Store
+
+SETTINGS_KEY = "agentfleet_settings"
+_lock = threading.Lock()
+
+
+@dataclass
+class Runtime:
+    settings: Settings
+    topology: Topology
+    store: Store
+    publisher: Publisher
+    agents: AgentRegistry
+
+    def agent(self, name: str) -> Agent | None:
+        return self.agents.get(name)
+
+
+def settings_of(app: Celery) -> Settings:
+    return app.conf[SETTINGS_KEY]
+
+
+def runtime_for(app: Celery) -> Runtime:
+    """The app's runtime, created on first use (workers connect lazily, after fork)."""
+    existing = getattr(app, "_agentfleet_runtime", None)
+    if existing is not None:
+        return existing
+    with _lock:
+        existing = getattr(app, "_agentfleet_runtime", None)
+        if existing is None:
+            settings = settings_of(app)
+            topology = Topology(settings.namespace)
+            existing = Runtime(
+                settings=settings,
+                topology=topology,
+                store=Store(make_engine(settings.effective_database_url)),
+                publisher=Publisher(app, topology),
+                agents=load_agents(settings.agent_modules),
+            )
+            app._agentfleet_runtime = existing  # type: ignore[attr-defined]
+    return existing
+
+
+def share_runtime(app: Celery, runtime: Runtime) -> None:
+    """Make ``app`` use an existing runtime (embedded mode: several apps, one store)."""
+    app._agentfleet_runtime = runtime  # type: ignore[attr-defined]

@@ -1,0 +1,115 @@
+"""Embedded mode: the whole fleet in one process, same tasks and store code.
+
+Three real Celery workers (one per role) run as threads over kombu's in-memory
+transport (which only connects threads of one process) and SQLite. This is not
+Celery's eager mode: messages are routed through the topic exchange as in the
+distributed fleet.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from types import TracebackType
+from typing import Any
+
+from celery import Celery
+from celery.worker import WorkController
+
+from agentfleet import constants as C
+from agentfleet.config.settings import Settings
+from agentfleet.errors import AgentfleetError
+from agentfleet.events.contracts import Goal
+from agentfleet.store import db
+from agentfleet.store.repository import Store
+from agentfleet.tasks.admission import admit, goal_event
+from agentfleet.tasks.runtime import Runtime, runtime_for, share_runtime
+from agentfleet.workers.app import create_app
+from agentfleet.workers.roles import ROLES
+
+log = logging.getLogger(__name__)
+START_TIMEOUT_S = 30.0
+
+
+class _ReadyWorker(WorkController):
+    """A WorkController that says when its consumer is up."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.ready = threading.Event()
+        super().__init__(*args, **kwargs)
+
+    def on_consumer_ready(self, consumer: Any) -> None:
+        super().on_consumer_ready(consumer)
+        self.ready.set()
+
+
+class EmbeddedFleet:
+    def __init__(self, settings: Settings, *, app: Celery | None = None) -> None:
+        self.settings = settings if settings.embedded else settings.with_profile("embedded")
+        self.app = app or create_app(self.settings)
+        self._workers: list[tuple[_ReadyWorker, threading.Thread]] = []
+
+    @property
+    def runtime(self) -> Runtime:
+        return runtime_for(self.app)
+
+    @property
+    def store(self) -> Store:
+        return self.runtime.store
+
+    def start(self) -> EmbeddedFleet:
+        db.upgrade(self.settings.effective_database_url)
+        self.app.finalize()
+        # The solo and thread pools look tasks up on the current app, which falls back to the
+        # default app in pool threads; all role apps register the same tasks over one runtime.
+        self.app.set_default()
+        with self.app.connection_for_write() as conn:
+            self.runtime.topology.declare(conn)
+        for role in ROLES.values():
+            # One app per role: a worker's queue selection lives on its app, so workers sharing
+            # one app would all consume the last role's queue. They share the runtime (one store).
+            role_app = create_app(self.settings)
+            share_runtime(role_app, self.runtime)
+            worker = _ReadyWorker(
+                app=role_app,
+                hostname=f"{role.name}@embedded",
+                queues=[role.queue(self.settings.namespace)],
+                pool_cls="threads" if role.name == C.EXECUTOR else "solo",
+                concurrency=4 if role.name == C.EXECUTOR else 1,
+                loglevel=self.settings.log_level,
+                without_heartbeat=True,
+                without_mingle=True,
+                without_gossip=True,
+            )
+            thread = threading.Thread(target=worker.start, name=f"agentfleet-{role.name}", daemon=True)
+            thread.start()
+            self._workers.append((worker, thread))
+        for worker, _ in self._workers:
+            if not worker.ready.wait(START_TIMEOUT_S):
+                self.stop()
+                raise AgentfleetError(f"embedded worker {worker.hostname} did not start in {START_TIMEOUT_S}s")
+        return self
+
+    def submit(self, body: dict[str, Any] | Goal) -> str:
+        """Admit a goal (raising GoalRejected) and publish it; returns the run id."""
+        goal = admit(self.runtime.agents, body.model_dump() if isinstance(body, Goal) else body)
+        event = goal_event(goal)
+        self.runtime.publisher.publish([event])
+        return event.run_id
+
+    def stop(self) -> None:
+        for worker, _ in self._workers:
+            try:
+                worker.stop(in_sighandler=False)
+            except Exception:  # pragma: no cover - best effort on the way out
+                log.debug("worker stop failed", exc_info=True)
+        for _, thread in self._workers:
+            thread.join(timeout=10)
+        self._workers.clear()
+
+    def __enter__(self) -> EmbeddedFleet:
+        return self.start()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()

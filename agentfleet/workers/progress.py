@@ -1,0 +1,77 @@
+"""Following a run from its checkpoint: live progress lines, and a run's description."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+
+from agentfleet.constants import FINAL_ANSWER_TOOL, FOLLOW_POLL_INTERVAL_S
+from agentfleet.errors import ErrorCode
+from agentfleet.events.contracts import Result, ResultStatus
+from agentfleet.loop.states import is_terminal
+from agentfleet.store.repository import Store
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = json.dumps(value, default=str, separators=(",", ":"))
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def step_line(step: dict[str, Any]) -> str:
+    ms = step.get("duration_ms") or 0.0
+    if step["kind"] == "plan":
+        output = step.get("output") or {}
+        calls = (output.get("turn") or {}).get("tool_calls", [])
+        if step["status"] != "succeeded":
+            return f"iteration {step['iteration']}: model failed: {output.get('message', '')}"
+        names = [c["name"] for c in calls]
+        if FINAL_ANSWER_TOOL in names:
+            return f"iteration {step['iteration']}: model → final answer ({ms:.0f} ms)"
+        what = "1 tool call" if len(calls) == 1 else f"{len(calls)} tool calls in parallel"
+        return f"iteration {step['iteration']}: model → {what} ({ms:.0f} ms)"
+    result = step.get("output") or {}
+    call = f"{step['name']}({_short(step.get('input') or {})})"
+    if step["status"] == "succeeded":
+        return f"  ✓ {call} {ms:.1f} ms [{step.get('worker') or '?'}]"
+    return f"  ✗ {call} {result.get('error_code')}: {result.get('message')}"
+
+
+def follow(store: Store, run_id: str, console: Console | None, *, timeout_s: float) -> Result:
+    """Poll the run's checkpoint until it ends, printing each finished step once."""
+    shown: set[int] = set()
+    deadline = time.monotonic() + timeout_s
+    while True:
+        run = store.get_run(run_id)
+        if console is not None and run is not None:
+            for step in store.steps(run_id):
+                if step["id"] not in shown and step["status"] != "started":
+                    shown.add(step["id"])
+                    console.print(escape(step_line(step)))
+        if run is not None and is_terminal(run.state) and run.result:
+            return Result.model_validate(run.result)
+        if time.monotonic() > deadline:
+            return Result(status=ResultStatus.FAILED, run_id=run_id, error_code=ErrorCode.DEADLINE,
+                          message=f"gave up waiting after {timeout_s:g}s; the run goes on: agentfleet status {run_id}")
+        time.sleep(FOLLOW_POLL_INTERVAL_S)
+
+
+def describe_run(store: Store, run_id: str) -> dict[str, Any] | None:
+    run = store.get_run(run_id)
+    if run is None:
+        return None
+    return {
+        "run_id": run.run_id,
+        "agent": run.agent,
+        "goal_id": run.goal_id,
+        "state": run.state.value,
+        "iteration": run.iteration,
+        "usage": {"steps": run.steps_used, "tokens": run.input_tokens + run.output_tokens, "cost_usd": run.cost_usd},
+        "created_at": run.created_at.isoformat(),
+        "updated_at": run.updated_at.isoformat(),
+        "result": run.result,
+        "steps": store.steps(run_id),
+    }
