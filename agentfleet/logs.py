@@ -60,13 +60,13 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(redact(entry), default=str)
 
 
-def configure(level: str = "INFO", as_json: bool = True) -> None:
+def configure(level: str | int = "INFO", as_json: bool = True) -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.addFilter(ContextFilter())
     handler.setFormatter(JsonFormatter() if as_json else logging.Formatter("%(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger()
     root.handlers[:] = [handler]
-    root.setLevel(level.upper())
+    root.setLevel(level.upper() if isinstance(level, str) else level)
     # The memory transport has no host; kombu warns about it on every connection.
     logging.getLogger("kombu.connection").setLevel(max(logging.ERROR, root.level))
     logging.getLogger("alembic").setLevel(max(logging.WARNING, root.level))

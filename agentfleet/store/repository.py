@@ -94,8 +94,14 @@ class Store:
     def _insert_ignore(self, conn: Connection, table: Any, values: dict[str, Any], keys: Sequence[str]) -> bool:
         """Insert unless a row with the same keys exists; True when this call inserted it."""
         dialect_insert = pg_insert if self.dialect == "postgresql" else sqlite_insert
-        stmt = dialect_insert(table).values(**values).on_conflict_do_nothing(index_elements=list(keys))
-        return conn.execute(stmt).rowcount == 1
+        stmt = (
+            dialect_insert(table)
+            .values(**values)
+            .on_conflict_do_nothing(index_elements=list(keys))
+            .returning(*(table.c[k] for k in keys))
+        )
+        # RETURNING, not rowcount: psycopg 3 reports rowcount -1 for this statement.
+        return conn.execute(stmt).first() is not None
 
     @contextmanager
     def step_lock(self, key: str) -> Iterator[bool]:

@@ -1,9 +1,9 @@
-"""Embedded mode: the whole fleet in one process, same tasks and store code.
+"""The whole fleet in one process: three real Celery workers (one per role) as threads.
 
-Three real Celery workers (one per role) run as threads over kombu's in-memory
-transport (which only connects threads of one process) and SQLite. This is not
-Celery's eager mode: messages are routed through the topic exchange as in the
-distributed fleet.
+Embedded mode runs them over kombu's in-memory transport (which only connects
+threads of one process) and SQLite. This is not Celery's eager mode: messages are
+routed through the topic exchange as in the distributed fleet. With distributed
+settings the same class runs the roles as threads against RabbitMQ and Postgres.
 """
 
 from __future__ import annotations
@@ -43,10 +43,11 @@ class _ReadyWorker(WorkController):
         self.ready.set()
 
 
-class EmbeddedFleet:
-    def __init__(self, settings: Settings, *, app: Celery | None = None) -> None:
-        self.settings = settings if settings.embedded else settings.with_profile("embedded")
-        self.app = app or create_app(self.settings)
+class InProcessFleet:
+    def __init__(self, settings: Settings, *, executor_concurrency: int = 4) -> None:
+        self.settings = settings
+        self.executor_concurrency = executor_concurrency
+        self.app = create_app(self.settings)
         self._workers: list[tuple[_ReadyWorker, threading.Thread]] = []
 
     @property
@@ -57,7 +58,7 @@ class EmbeddedFleet:
     def store(self) -> Store:
         return self.runtime.store
 
-    def start(self) -> EmbeddedFleet:
+    def start(self) -> InProcessFleet:
         db.upgrade(self.settings.effective_database_url)
         self.app.finalize()
         # The solo and thread pools look tasks up on the current app, which falls back to the
@@ -75,7 +76,7 @@ class EmbeddedFleet:
                 hostname=f"{role.name}@embedded",
                 queues=[role.queue(self.settings.namespace)],
                 pool_cls="threads" if role.name == C.EXECUTOR else "solo",
-                concurrency=4 if role.name == C.EXECUTOR else 1,
+                concurrency=self.executor_concurrency if role.name == C.EXECUTOR else 1,
                 loglevel=self.settings.log_level,
                 without_heartbeat=True,
                 without_mingle=True,
@@ -107,9 +108,16 @@ class EmbeddedFleet:
             thread.join(timeout=10)
         self._workers.clear()
 
-    def __enter__(self) -> EmbeddedFleet:
+    def __enter__(self) -> InProcessFleet:
         return self.start()
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.stop()
+
+
+class EmbeddedFleet(InProcessFleet):
+    """The default way to run on one machine: memory broker, SQLite, no services."""
+
+    def __init__(self, settings: Settings, *, executor_concurrency: int = 4) -> None:
+        super().__init__(settings.with_profile("embedded"), executor_concurrency=executor_concurrency)
