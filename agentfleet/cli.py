@@ -244,3 +244,7 @@ def main() -> None:
 
 
 __all__ = ["C", "app", "main", "time"]
+
+
+if __name__ == "__main__":
+    main()

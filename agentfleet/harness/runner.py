@@ -12,6 +12,8 @@ import threading
 import time
 from typing import Any
 
+from pydantic_core import PydanticSerializationError, to_jsonable_python
+
 from agentfleet.errors import ErrorCode, ToolError
 from agentfleet.harness.tool import Tool, ToolContext
 from agentfleet.loop.transcript import ToolResult
@@ -66,9 +68,10 @@ def _failure_from(exc: BaseException, tool: Tool, duration_ms: float) -> ToolRes
 
 
 def _checked_output(tool: Tool, output: Any, duration_ms: float) -> ToolResult:
-    try:
-        encoded = json.dumps(output, default=str)
-    except (TypeError, ValueError) as exc:
+    try:  # known types (datetime, Path, models, sets) convert; anything else is refused, not str()-ed
+        jsonable = to_jsonable_python(output)
+        encoded = json.dumps(jsonable)
+    except (PydanticSerializationError, TypeError, ValueError) as exc:
         return ToolResult.failure(ErrorCode.INTERNAL, f"{tool.name} returned non-JSON output: {exc}", None, duration_ms)
     if len(encoded) > tool.response_limit:
         return ToolResult.failure(
@@ -77,4 +80,4 @@ def _checked_output(tool: Tool, output: Any, duration_ms: float) -> ToolResult:
             "Ask for less: a narrower path, a smaller range, or a summary.",
             duration_ms,
         )
-    return ToolResult(ok=True, output=json.loads(encoded), duration_ms=duration_ms)
+    return ToolResult(ok=True, output=jsonable, duration_ms=duration_ms)

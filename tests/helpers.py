@@ -1,0 +1,70 @@
+"""Small helpers for tests: wait for a run, read the store, talk plain AMQP."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from typing import Any
+
+import pika
+
+from agentfleet.loop.states import is_terminal
+from agentfleet.store.repository import RunRecord, Store
+
+
+def wait_for_run(store: Store, run_id: str, timeout: float = 60.0) -> RunRecord:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        run = store.get_run(run_id)
+        if run is not None and is_terminal(run.state):
+            return run
+        time.sleep(0.05)
+    raise TimeoutError(f"run {run_id} did not end in {timeout}s: {store.get_run(run_id)}")
+
+
+class AmqpClient:
+    """A plain pika client: what a non-Python program would do."""
+
+    def __init__(self, url: str = "amqp://guest:guest@127.0.0.1:5672/%2F") -> None:
+        self.connection = pika.BlockingConnection(pika.URLParameters(url))
+        self.channel = self.connection.channel()
+        self.reply_queue = self.channel.queue_declare(queue="", exclusive=True).method.queue
+
+    def publish_goal(self, namespace: str, routing_key: str, body: bytes | dict[str, Any],
+                     correlation_id: str | None = None) -> str:
+        correlation_id = correlation_id or uuid.uuid4().hex
+        data = body if isinstance(body, bytes) else json.dumps(body).encode()
+        self.channel.basic_publish(
+            exchange=f"{namespace}.inbox", routing_key=routing_key, body=data,
+            properties=pika.BasicProperties(content_type="application/json", reply_to=self.reply_queue,
+                                            correlation_id=correlation_id, delivery_mode=2),
+        )
+        return correlation_id
+
+    def replies(self, count: int, timeout: float = 60.0) -> dict[str, dict[str, Any]]:
+        """Wait for ``count`` replies; returns them by correlation id."""
+        got: dict[str, dict[str, Any]] = {}
+        deadline = time.monotonic() + timeout
+        while len(got) < count and time.monotonic() < deadline:
+            method, props, body = self.channel.basic_get(self.reply_queue, auto_ack=True)
+            if method is None:
+                self.connection.sleep(0.05)
+                continue
+            got[props.correlation_id] = json.loads(body)
+        return got
+
+    def drain(self, queue: str, expected: int, timeout: float = 20.0) -> list[tuple[Any, bytes]]:
+        """Take ``expected`` messages off a queue (or what arrived by the timeout)."""
+        out: list[tuple[Any, bytes]] = []
+        deadline = time.monotonic() + timeout
+        while len(out) < expected and time.monotonic() < deadline:
+            method, props, body = self.channel.basic_get(queue, auto_ack=True)
+            if method is None:
+                self.connection.sleep(0.05)
+                continue
+            out.append((props, body))
+        return out
+
+    def close(self) -> None:
+        self.connection.close()

@@ -1,0 +1,42 @@
+from __future__ import annotations
+
+import json
+
+from agentfleet.context import build_messages, estimate_tokens
+from agentfleet.loop import Message, ToolCall
+
+
+def transcript(n: int, size: int) -> list[Message]:
+    out: list[Message] = []
+    for i in range(n):
+        out.append(Message(role="assistant", tool_calls=[ToolCall(id=f"c{i}", name="t", arguments={})]))
+        out.append(Message(role="tool", tool_call_id=f"c{i}", content=json.dumps({"data": "x" * size})))
+    return out
+
+
+def test_instructions_and_goal_lead_the_context() -> None:
+    messages = build_messages("Be brief.", {"path": "."}, [], budget_tokens=10_000)
+    assert [m.role for m in messages] == ["system", "user"]
+    assert "Be brief." in (messages[0].content or "") and "final_answer" in (messages[0].content or "")
+    assert json.loads(messages[1].content or "") == {"goal": {"path": "."}}
+
+
+def test_a_transcript_within_budget_is_kept_whole() -> None:
+    body = transcript(3, 100)
+    assert build_messages("i", {}, body, budget_tokens=100_000)[2:] == body
+
+
+def test_over_budget_the_oldest_tool_results_are_elided_first() -> None:
+    body = transcript(5, 4000)
+    messages = build_messages("i", {}, body, budget_tokens=3000)
+    tools = [m for m in messages if m.role == "tool"]
+    assert json.loads(tools[0].content or "").get("elided") is True
+    assert "elided" not in (tools[-1].content or "")  # the latest results are what the model acts on
+    assert estimate_tokens(messages) < estimate_tokens(build_messages("i", {}, body, budget_tokens=10**9))
+
+
+def test_building_context_does_not_change_the_transcript() -> None:
+    body = transcript(4, 4000)
+    before = [m.model_copy(deep=True) for m in body]
+    build_messages("i", {}, body, budget_tokens=100)
+    assert body == before

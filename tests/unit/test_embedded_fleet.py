@@ -1,0 +1,159 @@
+"""The whole fleet in one process (memory broker, SQLite): the loop's behaviour end to end."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from agentfleet.config.settings import get_settings
+from agentfleet.errors import ErrorCode, GoalRejected
+from agentfleet.loop.states import RunState
+from agentfleet.workers.embedded import EmbeddedFleet
+from tests.helpers import wait_for_run
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedFleet]:
+    workspace = tmp_path_factory.mktemp("ws")
+    (workspace / "src").mkdir()
+    (workspace / "src" / "main.py").write_text("print('hi')\n" * 7)
+    (workspace / "README.md").write_text("# demo\n")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("AGENTFLEET_AGENTS", "agentfleet.examples.repo_report,tests.fixtures.agents")
+    mp.setenv("AGENTFLEET_WORKSPACE", str(workspace))
+    mp.setenv("AGENTFLEET_EMBEDDED_DATABASE_URL", f"sqlite:///{workspace}/fleet.db")
+    get_settings.cache_clear()
+    with EmbeddedFleet(get_settings()) as running:
+        running.workspace = workspace  # type: ignore[attr-defined]
+        yield running
+    mp.undo()
+    get_settings.cache_clear()
+
+
+@pytest.fixture(autouse=True)
+def _isolated_settings() -> None:
+    """The module-scoped fleet owns its settings."""
+
+
+def run(fleet: EmbeddedFleet, agent: str, input: dict, **extra: object) -> tuple[str, dict]:
+    run_id = fleet.submit({"agent": agent, "input": input, **extra})
+    record = wait_for_run(fleet.store, run_id, timeout=30)
+    assert record.result is not None
+    return run_id, record.result
+
+
+def test_the_example_agent_reports_on_real_files(fleet: EmbeddedFleet) -> None:
+    run_id, result = run(fleet, "repo_report", {"path": "src"})
+    assert result["status"] == "succeeded", result
+    out = result["output"]
+    assert out["files"] == 1 and out["total_lines"] == 7
+    assert out["largest_file"] == {"path": "src/main.py", "lines": 7}
+    assert out["largest_file_head"].startswith("print('hi')")
+    assert result["usage"]["steps"] == 3
+    plans = [s for s in fleet.store.steps(run_id) if s["kind"] == "plan"]
+    tools = [s for s in fleet.store.steps(run_id) if s["kind"] == "tool"]
+    assert len(plans) == 3 and len(tools) == 3
+    assert {s["iteration"] for s in tools if s["name"] in ("list_files", "count_lines")} == {0}
+
+
+def test_every_tool_failure_is_an_observation_not_a_crash(fleet: EmbeddedFleet) -> None:
+    _, result = run(fleet, "troubled", {"n": 1})
+    assert result["status"] == "succeeded", result
+    codes = {r.get("error_code") for r in result["output"]["seen"]}
+    assert {ErrorCode.TIMEOUT, ErrorCode.INTERNAL, ErrorCode.PERMISSION_DENIED, ErrorCode.UNKNOWN_TOOL,
+            ErrorCode.INVALID_ARGUMENTS} <= codes
+
+
+def test_side_effects_happen_once_per_call(fleet: EmbeddedFleet) -> None:
+    run_id, result = run(fleet, "ledger", {})
+    assert result["status"] == "succeeded"
+    lines = (fleet.workspace / f"ledger-{run_id}.txt").read_text().splitlines()  # type: ignore[attr-defined]
+    assert sorted(line.split(":")[1] for line in lines) == ["four", "one", "three", "two"]
+
+
+def test_a_model_that_repeats_itself_ends_with_no_progress(fleet: EmbeddedFleet) -> None:
+    _, result = run(fleet, "looper", {})
+    assert result["status"] == "failed" and result["error_code"] == ErrorCode.NO_PROGRESS
+    assert result["usage"]["steps"] == 3
+
+
+def test_a_runaway_loop_ends_at_max_steps(fleet: EmbeddedFleet) -> None:
+    _, result = run(fleet, "stepper", {})
+    assert result["error_code"] == ErrorCode.MAX_STEPS and result["usage"]["steps"] == 3
+
+
+def test_a_goal_may_tighten_max_steps(fleet: EmbeddedFleet) -> None:
+    _, result = run(fleet, "stepper", {}, limits={"max_steps": 1})
+    assert result["error_code"] == ErrorCode.MAX_STEPS and result["usage"]["steps"] == 1
+
+
+def test_an_answer_that_breaks_the_result_schema_fails_output_invalid(fleet: EmbeddedFleet) -> None:
+    _, result = run(fleet, "sloppy", {})
+    assert result["status"] == "failed" and result["error_code"] == ErrorCode.OUTPUT_INVALID
+    assert "done" in result["message"]
+
+
+def test_the_same_goal_id_twice_is_one_run(fleet: EmbeddedFleet) -> None:
+    first = fleet.submit({"agent": "ledger", "input": {}, "goal_id": "same-goal"})
+    second = fleet.submit({"agent": "ledger", "input": {}, "goal_id": "same-goal"})
+    assert first == second
+    record = wait_for_run(fleet.store, first)
+    assert record.state == RunState.SUCCEEDED
+    lines = (fleet.workspace / f"ledger-{first}.txt").read_text().splitlines()  # type: ignore[attr-defined]
+    assert len(lines) == 4
+
+
+def test_a_schema_breaking_goal_never_reaches_a_model(fleet: EmbeddedFleet) -> None:
+    with pytest.raises(GoalRejected) as err:
+        fleet.submit({"agent": "troubled", "input": {"n": "one"}})
+    assert err.value.code == ErrorCode.INPUT_INVALID
+
+
+def test_a_cancelled_run_ends_cancelled(fleet: EmbeddedFleet) -> None:
+    from agentfleet.events.envelope import Envelope, EventType, RunCancelRequested
+
+    run_id = fleet.submit({"agent": "stepper", "input": {}, "limits": {"deadline_s": 60}})
+    fleet.runtime.publisher.publish([Envelope.new(EventType.RUN_CANCEL_REQUESTED, run_id,
+                                                  RunCancelRequested(reason="test"), trace_id="t")])
+    record = wait_for_run(fleet.store, run_id)
+    assert record.state in (RunState.CANCELLED, RunState.FAILED)  # it may reach MAX_STEPS first
+    if record.state == RunState.CANCELLED:
+        assert record.result and record.result["status"] == "cancelled"
+
+
+def test_the_cli_runs_the_example_end_to_end(tmp_path: Path) -> None:
+    import json
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "agentfleet.cli", "run", "repo_report", "--input", '{"path": "agentfleet/loop"}',
+         "--json"],
+        capture_output=True, text=True, cwd=ROOT, timeout=120,
+        env={"PATH": "/usr/bin:/bin", "AGENTFLEET_EMBEDDED_DATABASE_URL": f"sqlite:///{tmp_path}/cli.db",
+             "PYTHONPATH": str(ROOT)},
+    )
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["status"] == "succeeded" and result["output"]["files"] >= 5
+
+
+def test_the_cli_exits_non_zero_on_a_rejected_goal(tmp_path: Path) -> None:
+    import json
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "agentfleet.cli", "run", "repo_report", "--input", '{"path": 1}', "--json"],
+        capture_output=True, text=True, cwd=ROOT, timeout=120,
+        env={"PATH": "/usr/bin:/bin", "AGENTFLEET_EMBEDDED_DATABASE_URL": f"sqlite:///{tmp_path}/cli.db",
+             "PYTHONPATH": str(ROOT)},
+    )
+    assert proc.returncode == 1
+    assert json.loads(proc.stdout)["error_code"] == "INPUT_INVALID"

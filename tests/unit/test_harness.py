@@ -1,0 +1,159 @@
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated
+
+import pytest
+from pydantic import Field
+
+from agentfleet import ToolContext, ToolError, tool
+from agentfleet.errors import ConfigurationError, ErrorCode
+from agentfleet.harness import run_tool
+
+
+def ctx(tmp_path: Path) -> ToolContext:
+    return ToolContext(run_id="r", call_id="c", idempotency_key="k", workspace=tmp_path.resolve())
+
+
+@tool
+def add(a: int, b: Annotated[int, Field(description="second addend")] = 2) -> dict:
+    """Add two integers."""
+    return {"sum": a + b}
+
+
+def test_a_typed_function_becomes_a_tool_with_a_json_schema() -> None:
+    assert add.name == "add" and add.description == "Add two integers."
+    assert add.parameters["properties"]["a"] == {"title": "A", "type": "integer"}
+    assert add.parameters["properties"]["b"]["description"] == "second addend"
+    assert add.parameters["required"] == ["a"]
+
+
+def test_the_tool_context_is_injected_and_never_shown_to_the_model(tmp_path: Path) -> None:
+    @tool
+    def where(ctx: ToolContext, name: str) -> dict:
+        """Say where."""
+        return {"key": ctx.idempotency_key, "name": name}
+
+    assert "ctx" not in where.parameters["properties"]
+    assert run_tool(where, {"name": "x"}, ctx(tmp_path), 5).output == {"key": "k", "name": "x"}
+
+
+def test_a_tool_needs_a_description_and_annotations() -> None:
+    with pytest.raises(ConfigurationError, match="description"):
+        tool(lambda x: x)
+
+    def untyped(x):  # type: ignore[no-untyped-def]
+        """Untyped."""
+
+    with pytest.raises(ConfigurationError, match="annotation"):
+        tool(untyped)
+
+
+def test_read_only_tools_are_idempotent() -> None:
+    @tool(read_only=True)
+    def look() -> dict:
+        """Look."""
+        return {}
+
+    assert look.idempotent and look.read_only
+
+
+@pytest.mark.parametrize(
+    ("arguments", "problem"),
+    [({}, "a"), ({"a": "not a number"}, "a"), ({"a": 1, "c": 3}, "c")],
+)
+def test_invalid_arguments_are_a_structured_failure(tmp_path: Path, arguments: dict, problem: str) -> None:
+    result = run_tool(add, arguments, ctx(tmp_path), 5)
+    assert not result.ok and result.error_code == ErrorCode.INVALID_ARGUMENTS
+    assert problem in (result.message or "") and result.hint
+
+
+def test_a_hanging_tool_times_out(tmp_path: Path) -> None:
+    @tool(timeout_s=0.1)
+    def hang() -> dict:
+        """Hang."""
+        import time
+
+        time.sleep(5)
+        return {}
+
+    result = run_tool(hang, {}, ctx(tmp_path), 30)
+    assert result.error_code == ErrorCode.TIMEOUT and result.duration_ms < 2000
+
+
+def test_a_raising_tool_is_an_internal_failure_not_a_crash(tmp_path: Path) -> None:
+    @tool
+    def broken() -> dict:
+        """Break."""
+        raise KeyError("missing")
+
+    result = run_tool(broken, {}, ctx(tmp_path), 5)
+    assert result.error_code == ErrorCode.INTERNAL and "KeyError" in (result.message or "")
+
+
+def test_a_tool_error_keeps_its_code_and_hint(tmp_path: Path) -> None:
+    @tool
+    def deny() -> dict:
+        """Deny."""
+        raise ToolError("no", code=ErrorCode.PERMISSION_DENIED, hint="ask")
+
+    result = run_tool(deny, {}, ctx(tmp_path), 5)
+    assert (result.error_code, result.message, result.hint) == (ErrorCode.PERMISSION_DENIED, "no", "ask")
+
+
+def test_an_oversized_response_is_refused(tmp_path: Path) -> None:
+    @tool(response_limit=100)
+    def big() -> dict:
+        """Big."""
+        return {"x": "y" * 1000}
+
+    assert run_tool(big, {}, ctx(tmp_path), 5).error_code == ErrorCode.RESPONSE_TOO_LARGE
+
+
+def test_output_that_is_not_json_is_refused(tmp_path: Path) -> None:
+    @tool
+    def odd() -> object:
+        """Odd."""
+        return {"handle": object()}
+
+    result = run_tool(odd, {}, ctx(tmp_path), 5)
+    assert result.error_code == ErrorCode.INTERNAL and "non-JSON" in (result.message or "")
+
+
+class TestWorkspace:
+    def test_paths_inside_the_workspace_resolve(self, tmp_path: Path) -> None:
+        (tmp_path / "a").mkdir()
+        assert ctx(tmp_path).resolve("a") == (tmp_path / "a").resolve()
+        assert ctx(tmp_path).resolve(".") == tmp_path.resolve()
+
+    @pytest.mark.parametrize("path", ["..", "../etc/passwd", "/etc/passwd", "a/../../x"])
+    def test_paths_that_escape_are_permission_denied(self, tmp_path: Path, path: str) -> None:
+        with pytest.raises(ToolError) as err:
+            ctx(tmp_path).resolve(path)
+        assert err.value.code == ErrorCode.PERMISSION_DENIED
+
+    def test_a_symlink_out_of_the_workspace_is_refused(self, tmp_path: Path) -> None:
+        os.symlink("/etc", tmp_path / "link")
+        with pytest.raises(ToolError):
+            ctx(tmp_path).resolve("link/passwd")
+
+
+class TestRepoReportTools:
+    def test_tools_count_list_and_read_real_files(self, tmp_path: Path) -> None:
+        from agentfleet.examples.repo_report.tools import count_lines, list_files, read_file
+
+        (tmp_path / "pkg").mkdir()
+        (tmp_path / "pkg" / "a.py").write_text("one\ntwo\nthree\n")
+        (tmp_path / "pkg" / "b.md").write_text("x\ny")
+        (tmp_path / "pkg" / "__pycache__").mkdir()
+        (tmp_path / "pkg" / "__pycache__" / "c.pyc").write_bytes(b"\0\0")
+        c = ctx(tmp_path)
+        counted = run_tool(count_lines, {"path": "pkg"}, c, 5).output
+        assert counted["total_lines"] == 5 and counted["files"] == 2
+        assert counted["by_extension"] == {".py": 3, ".md": 2}
+        assert counted["largest"] == {"path": "pkg/a.py", "lines": 3}
+        assert run_tool(list_files, {"path": "pkg"}, c, 5).output["files"] == ["pkg/a.py", "pkg/b.md"]
+        assert run_tool(read_file, {"path": "pkg/a.py", "max_chars": 3}, c, 5).output["text"] == "one"
+        assert run_tool(read_file, {"path": "nope"}, c, 5).error_code == ErrorCode.INVALID_ARGUMENTS
+        assert run_tool(list_files, {"path": "../"}, c, 5).error_code == ErrorCode.PERMISSION_DENIED

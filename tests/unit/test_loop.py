@@ -1,0 +1,147 @@
+from __future__ import annotations
+
+import pytest
+
+from agentfleet.constants import FINAL_ANSWER_TOOL
+from agentfleet.errors import ErrorCode
+from agentfleet.loop import (
+    TERMINAL,
+    TRANSITIONS,
+    Dispatch,
+    Fail,
+    Finish,
+    Limits,
+    ModelTurn,
+    RunState,
+    ToolCall,
+    Usage,
+    can_transition,
+    check_gates,
+    decide,
+    fan_in_complete,
+    idempotency_key,
+    run_id_for,
+)
+from agentfleet.loop.decisions import NO_PROGRESS_REPEATS, calls_signature
+
+SCHEMA = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"], "additionalProperties": False}
+
+
+def call(name: str, cid: str = "c1", **args: object) -> ToolCall:
+    return ToolCall(id=cid, name=name, arguments=args)
+
+
+class TestStateMachine:
+    def test_every_state_has_a_row_in_the_transition_table(self) -> None:
+        assert set(TRANSITIONS) == set(RunState)
+
+    def test_terminal_states_have_no_way_out(self) -> None:
+        for state in TERMINAL:
+            assert TRANSITIONS[state] == frozenset()
+
+    def test_every_live_state_can_fail_or_be_cancelled(self) -> None:
+        for state in set(RunState) - TERMINAL:
+            assert can_transition(state, RunState.FAILED)
+            assert can_transition(state, RunState.CANCELLED)
+
+    def test_the_loop_goes_plan_execute_observe_plan(self) -> None:
+        path = [RunState.PENDING, RunState.PLANNING, RunState.EXECUTING, RunState.OBSERVING, RunState.PLANNING]
+        assert all(can_transition(a, b) for a, b in zip(path, path[1:], strict=False))
+
+    def test_only_planning_can_succeed(self) -> None:
+        assert [s for s in RunState if can_transition(s, RunState.SUCCEEDED)] == [RunState.PLANNING]
+
+    def test_executing_cannot_skip_back_to_planning(self) -> None:
+        assert not can_transition(RunState.EXECUTING, RunState.PLANNING)
+
+
+class TestGates:
+    def test_nothing_trips_within_limits(self) -> None:
+        assert check_gates(Limits(), Usage(), iteration=0, elapsed_s=0) is None
+
+    @pytest.mark.parametrize(
+        ("limits", "usage", "iteration", "elapsed", "code"),
+        [
+            (Limits(max_steps=3), Usage(), 3, 0.0, ErrorCode.MAX_STEPS),
+            (Limits(max_tokens=100), Usage(input_tokens=60, output_tokens=40), 0, 0.0, ErrorCode.TOKEN_BUDGET),
+            (Limits(max_cost_usd=0.5), Usage(cost_usd=0.5), 0, 0.0, ErrorCode.COST_BUDGET),
+            (Limits(deadline_s=10), Usage(), 0, 10.0, ErrorCode.DEADLINE),
+        ],
+    )
+    def test_each_gate_names_its_reason(self, limits: Limits, usage: Usage, iteration: int, elapsed: float,
+                                        code: ErrorCode) -> None:
+        gate = check_gates(limits, usage, iteration, elapsed)
+        assert gate is not None and gate.code == code and gate.message
+
+    def test_a_goal_can_tighten_limits_but_never_loosen_them(self) -> None:
+        agent = Limits(max_steps=10, max_tokens=1000, max_cost_usd=1.0, deadline_s=60)
+        tightened = agent.tightened_by({"max_steps": 3, "max_tokens": 10**9, "deadline_s": 600})
+        assert tightened == Limits(max_steps=3, max_tokens=1000, max_cost_usd=1.0, deadline_s=60)
+
+    def test_limits_reject_nonsense(self) -> None:
+        with pytest.raises(ValueError):
+            Limits(max_steps=0)
+
+
+class TestDecisions:
+    def test_tool_calls_are_dispatched_in_parallel(self) -> None:
+        turn = ModelTurn(tool_calls=[call("a", "1"), call("b", "2")])
+        decision = decide(turn, SCHEMA)
+        assert isinstance(decision, Dispatch)
+        assert [c.id for c in decision.calls] == ["1", "2"]
+
+    def test_a_valid_final_answer_finishes(self) -> None:
+        assert decide(ModelTurn(tool_calls=[call(FINAL_ANSWER_TOOL, n=3)]), SCHEMA) == Finish({"n": 3})
+
+    def test_a_final_answer_that_breaks_the_result_schema_is_output_invalid(self) -> None:
+        decision = decide(ModelTurn(tool_calls=[call(FINAL_ANSWER_TOOL, n="three")]), SCHEMA)
+        assert isinstance(decision, Fail) and decision.code == ErrorCode.OUTPUT_INVALID
+        assert any("n" in d for d in decision.details)
+
+    def test_a_final_answer_wins_over_other_calls_in_the_same_turn(self) -> None:
+        turn = ModelTurn(tool_calls=[call("a"), call(FINAL_ANSWER_TOOL, "f", n=1)])
+        assert decide(turn, SCHEMA) == Finish({"n": 1})
+
+    def test_json_text_without_calls_is_taken_as_the_answer(self) -> None:
+        assert decide(ModelTurn(text='{"n": 1}'), SCHEMA) == Finish({"n": 1})
+
+    def test_prose_without_calls_is_output_invalid(self) -> None:
+        decision = decide(ModelTurn(text="I think the answer is 3."), SCHEMA)
+        assert isinstance(decision, Fail) and decision.code == ErrorCode.OUTPUT_INVALID
+
+    def test_an_empty_turn_is_a_model_error(self) -> None:
+        decision = decide(ModelTurn(), SCHEMA)
+        assert isinstance(decision, Fail) and decision.code == ErrorCode.MODEL_ERROR
+
+    def test_repeating_the_same_calls_is_no_progress(self) -> None:
+        turn = ModelTurn(tool_calls=[call("a", x=1)])
+        sig = calls_signature(turn.tool_calls)
+        assert isinstance(decide(turn, SCHEMA, [sig] * (NO_PROGRESS_REPEATS - 2)), Dispatch)
+        decision = decide(turn, SCHEMA, [sig] * (NO_PROGRESS_REPEATS - 1))
+        assert isinstance(decision, Fail) and decision.code == ErrorCode.NO_PROGRESS
+
+    def test_call_signature_ignores_ids_and_order(self) -> None:
+        assert calls_signature([call("a", "1", x=1), call("b", "2")]) == calls_signature(
+            [call("b", "9"), call("a", "8", x=1)])
+        assert calls_signature([call("a", x=1)]) != calls_signature([call("a", x=2)])
+
+    def test_reused_call_ids_are_made_unique(self) -> None:
+        decision = decide(ModelTurn(tool_calls=[call("a", "same"), call("b", "same")]), SCHEMA)
+        assert isinstance(decision, Dispatch)
+        assert len({c.id for c in decision.calls}) == 2
+
+    def test_fan_in_is_complete_only_when_every_sibling_reported(self) -> None:
+        assert not fan_in_complete(["a", "b"], ["a"])
+        assert fan_in_complete(["a", "b"], ["b", "a"])
+
+
+class TestKeys:
+    def test_the_same_goal_id_means_the_same_run(self) -> None:
+        assert run_id_for("agent", "g1") == run_id_for("agent", "g1")
+        assert run_id_for("agent", "g1") != run_id_for("other", "g1")
+
+    def test_step_keys_are_deterministic_and_distinct(self) -> None:
+        k = idempotency_key("r", 1, "tool", "c1")
+        assert k == idempotency_key("r", 1, "tool", "c1")
+        assert len({k, idempotency_key("r", 2, "tool", "c1"), idempotency_key("r", 1, "plan"),
+                    idempotency_key("r", 1, "tool", "c2")}) == 4
