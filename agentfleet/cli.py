@@ -197,10 +197,15 @@ def flower(
     ctx: typer.Context,
     port: Annotated[int, typer.Option(help="HTTP port")] = 5555,
     address: Annotated[str, typer.Option(help="Bind address")] = "127.0.0.1",
+    unauthenticated_api: Annotated[
+        bool, typer.Option("--unauthenticated-api", help="Serve Flower's HTTP API without auth (local use only)")
+    ] = False,
 ) -> None:
     """Start Flower against the configured broker (extra options pass through to Flower)."""
     from agentfleet.workers.app import create_app
 
+    if unauthenticated_api:
+        os.environ["FLOWER_UNAUTHENTICATED_API"] = "true"
     celery_app = create_app(get_settings())
     celery_app.start(["flower", f"--port={port}", f"--address={address}", *ctx.args])
 

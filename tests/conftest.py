@@ -131,7 +131,8 @@ class WorkerProcs:
         from agentfleet.config.settings import Settings
         from agentfleet.workers.app import create_app
 
-        app = create_app(Settings())
+        app = create_app(Settings(broker_url=self.env["AGENTFLEET_BROKER_URL"],
+                                  namespace=self.env["AGENTFLEET_NAMESPACE"]))
         wanted = {name for name, proc in self.procs if proc.poll() is None}
         deadline = time.monotonic() + timeout
         seen: set[str] = set()
