@@ -94,7 +94,7 @@ def run(
             out.print(f"[bold]agentfleet[/] embedded · agent [cyan]{agent}[/] · model {spec.model.name}{note}")
             out.print(f"run {run_id}")
         result = follow(fleet.store, run_id, None if as_json else out, timeout_s=timeout)
-    _print_result(result, as_json)
+        _print_result(result, as_json)  # before the fleet's warm shutdown, which takes a few seconds
     _exit_for(result)
 
 

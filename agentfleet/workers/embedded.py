@@ -15,6 +15,7 @@ from typing import Any
 
 from celery import Celery
 from celery.worker import WorkController
+from celery.worker import state as worker_state
 
 from agentfleet import constants as C
 from agentfleet.config.settings import Settings
@@ -37,6 +38,11 @@ class _ReadyWorker(WorkController):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self.ready = threading.Event()
         super().__init__(*args, **kwargs)
+
+    def should_use_eventloop(self) -> bool:
+        # kombu's event-loop hub is one per process; several workers in one process would share
+        # it across threads. The synchronous consumer loop keeps each worker to its own thread.
+        return False
 
     def on_consumer_ready(self, consumer: Any) -> None:
         super().on_consumer_ready(consumer)
@@ -99,14 +105,24 @@ class InProcessFleet:
         return event.run_id
 
     def stop(self) -> None:
-        for worker, _ in self._workers:
-            try:
-                worker.stop(in_sighandler=False)
-            except Exception:  # pragma: no cover - best effort on the way out
-                log.debug("worker stop failed", exc_info=True)
-        for _, thread in self._workers:
-            thread.join(timeout=10)
+        """Warm shutdown, performed by each worker in its own thread.
+
+        Calling ``WorkController.stop`` from here would cancel consumers on a connection the
+        worker thread is reading (py-amqp connections are not thread-safe) and can deadlock.
+        Celery's loops check ``should_stop`` between messages and shut down from inside.
+        """
+        if not self._workers:
+            return
+        worker_state.should_stop = 0
+        try:
+            for _, thread in self._workers:
+                thread.join(timeout=15)
+        finally:
+            worker_state.should_stop = None
+        stuck = [w.hostname for w, t in self._workers if t.is_alive()]
         self._workers.clear()
+        if stuck:
+            log.warning("workers did not stop in time", extra={"workers": stuck})
 
     def __enter__(self) -> InProcessFleet:
         return self.start()
