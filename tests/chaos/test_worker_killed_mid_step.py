@@ -1,0 +1,57 @@
+"""A worker SIGKILLed in the middle of a tool call: the step is redelivered, never silently repeated."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from agentfleet import constants as C
+from agentfleet.errors import ErrorCode
+from agentfleet.store import Store, make_engine
+from tests.conftest import WorkerProcs
+from tests.helpers import AmqpClient
+
+
+@pytest.fixture
+def store(pg_url: str) -> Iterator[Store]:
+    engine = make_engine(pg_url)
+    yield Store(engine)
+    engine.dispose()
+
+
+def test_a_non_idempotent_call_cut_short_becomes_unknown_outcome_not_a_second_call(
+    workers: WorkerProcs, namespace: str, store: Store, tmp_path: Path
+) -> None:
+    workers.start(C.PLANNER)
+    workers.start(C.OBSERVER)
+    victim = workers.start(C.EXECUTOR)
+    workers.wait_ready()
+    client = AmqpClient()
+    corr = client.publish_goal(namespace, "goal.slow_side_effect", {"agent": "slow_side_effect", "input": {}})
+
+    marker = None
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and marker is None:
+        marker = next(iter(tmp_path.glob("started-*.txt")), None)
+        time.sleep(0.05)
+    assert marker is not None, workers.logs()
+    os.kill(victim.pid, signal.SIGKILL)  # mid-call: the tool is sleeping before its side effect
+    victim.wait()
+
+    workers.start(C.EXECUTOR)  # RabbitMQ redelivers the unacked tool.requested here
+    result = client.replies(1, timeout=60).get(corr)
+    client.close()
+    assert result is not None, workers.logs()
+    assert result["status"] == "succeeded", result
+    seen = result["output"]["seen"]
+    assert [s["error_code"] for s in seen] == [ErrorCode.UNKNOWN_OUTCOME]
+    run_id = result["run_id"]
+    assert not (tmp_path / f"ledger-{run_id}.txt").exists()  # the killed attempt never wrote
+    assert len(marker.read_text().splitlines()) == 1  # and the tool body was not entered again
+    tool_step = next(s for s in store.steps(run_id) if s["kind"] == "tool")
+    assert tool_step["attempts"] == 2 and tool_step["worker"] == "executor.3@test"

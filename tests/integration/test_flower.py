@@ -1,0 +1,79 @@
+"""Flower, started by `agentfleet flower`, shows the role workers and the run's tasks by event type."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from agentfleet import constants as C
+from tests.conftest import ROOT, WorkerProcs
+from tests.helpers import AmqpClient
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def flower(workers: WorkerProcs) -> Iterator[str]:
+    port = free_port()
+    log = (workers.logdir / "flower.log").open("wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "agentfleet.cli", "flower", "--port", str(port), "--unauthenticated-api"],
+        env=workers.env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+    )
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{base}/healthcheck", timeout=1).status_code == 200:
+                break
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    else:
+        proc.kill()
+        raise TimeoutError(f"flower did not start: {(workers.logdir / 'flower.log').read_text()}")
+    yield base
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+def test_flower_lists_the_role_workers_and_the_runs_tasks_by_event_type(
+    workers: WorkerProcs, flower: str, namespace: str
+) -> None:
+    for role in C.ROLES:
+        workers.start(role)
+    workers.wait_ready()
+    client = AmqpClient()
+    corr = client.publish_goal(namespace, "goal.ledger", {"agent": "ledger", "input": {}})
+    result = client.replies(1)[corr]
+    client.close()
+    assert result["status"] == "succeeded"
+
+    expected_workers = {"planner.0@test", "executor.1@test", "observer.2@test"}
+    expected_tasks = {"goal.submitted", "tool.requested", "tool.completed", "observation.recorded",
+                      "run.completed"}
+    deadline = time.monotonic() + 45
+    listed: set[str] = set()
+    names: set[str] = set()
+    while time.monotonic() < deadline:
+        listed = set(httpx.get(f"{flower}/api/workers", params={"refresh": "1"}, timeout=10).json())
+        tasks = httpx.get(f"{flower}/api/tasks", timeout=10).json()
+        names = {t.get("name") for t in tasks.values()}
+        ids = set(tasks)
+        if expected_workers <= listed and expected_tasks <= names:
+            break
+        time.sleep(0.5)
+    assert expected_workers <= listed
+    assert expected_tasks <= names
+    run_tasks = {t["name"] for t in tasks.values() if result["run_id"] in (t.get("kwargs") or "")}
+    assert expected_tasks <= run_tasks, "Flower shows this run's work under its event-type names"
+    assert ids  # task ids are event ids
