@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
 import uuid
 from typing import Annotated, Any
 
@@ -13,7 +12,6 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from agentfleet import constants as C
 from agentfleet import logs
 from agentfleet.config.agents import load_agents
 from agentfleet.config.settings import Settings, get_settings
@@ -79,7 +77,7 @@ def run(
     from agentfleet.workers.progress import follow
 
     settings = get_settings().with_profile("embedded")
-    logs.configure("WARNING" if not settings.log_level == "DEBUG" else "DEBUG", settings.log_json)
+    logs.configure("WARNING" if settings.log_level != "DEBUG" else "DEBUG", settings.log_json)
     with EmbeddedFleet(settings) as fleet:
         spec = fleet.runtime.agent(agent)
         try:
@@ -247,8 +245,6 @@ def main() -> None:
         err.print(f"[red]error[/] {exc.code}: {exc}")
         sys.exit(2)
 
-
-__all__ = ["C", "app", "main", "time"]
 
 
 if __name__ == "__main__":

@@ -83,10 +83,11 @@ def _resolve(value: Any, goal: dict[str, Any], seen: dict[str, Any]) -> Any:
 
 def _pointer(document: Any, pointer: str, what: str) -> Any:
     node = document
-    for raw in [p for p in pointer.split("/")[1:]] if pointer else []:
+    for raw in pointer.split("/")[1:] if pointer else []:
         part = raw.replace("~1", "/").replace("~0", "~")
         try:
             node = node[int(part)] if isinstance(node, list) else node[part]
         except (KeyError, IndexError, ValueError, TypeError):
-            raise ModelError(f"cassette pointer {pointer!r} not found in {what}: {json.dumps(document)[:200]}")
+            found = json.dumps(document, default=str)[:200]
+            raise ModelError(f"cassette pointer {pointer!r} not found in {what}: {found}") from None
     return node

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Connection, Engine, func, insert, select, text, update
+from sqlalchemy import Connection, Engine, func, select, text, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
@@ -333,6 +333,3 @@ class Store:
                 t.name: conn.execute(select(func.count()).select_from(t)).scalar_one()
                 for t in T.metadata.sorted_tables
             }
-
-    def insert_raw(self, conn: Connection, table: Any, values: dict[str, Any]) -> None:
-        conn.execute(insert(table).values(**values))

@@ -47,7 +47,7 @@ def on_goal_submitted(step: Step) -> list[Envelope]:
                               code=ErrorCode.UNKNOWN_AGENT)
     limits = agent.limits.tightened_by(goal.limits)
     with store.tx() as conn:
-        created = store.create_run(
+        store.create_run(
             conn, run_id=step.env.run_id, agent=goal.agent, goal_id=goal.goal_id, trace_id=step.env.trace_id,
             input=goal.input, limits=limits.model_dump(),
         )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any
 
@@ -9,7 +10,7 @@ from celery import bootsteps
 from kombu import Consumer, Message
 
 from agentfleet import constants as C
-from agentfleet.errors import ErrorCode, GoalRejected
+from agentfleet.errors import GoalRejected
 from agentfleet.events.contracts import Result
 from agentfleet.tasks.admission import admit, goal_event
 from agentfleet.tasks.runtime import runtime_for
@@ -71,13 +72,10 @@ class InboxConsumer(bootsteps.ConsumerStep):
 
 
 def _field(body: Any, name: str) -> str | None:
-    import json
-
+    """A string field of a goal body, if the body is JSON enough to have one (for rejections)."""
     try:
         value = json.loads(body).get(name)
     except (ValueError, AttributeError, TypeError):
         return None
     return value if isinstance(value, str) else None
 
-
-__all__ = ["DeclareTopology", "ErrorCode", "InboxConsumer"]

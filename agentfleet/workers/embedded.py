@@ -13,7 +13,6 @@ import threading
 from types import TracebackType
 from typing import Any
 
-from celery import Celery
 from celery.worker import WorkController
 from celery.worker import state as worker_state
 

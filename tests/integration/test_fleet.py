@@ -13,7 +13,7 @@ from agentfleet import constants as C
 from agentfleet.errors import ErrorCode
 from agentfleet.store import Store, make_engine
 from tests.conftest import WorkerProcs
-from tests.helpers import AmqpClient, wait_for_run
+from tests.helpers import AmqpClient
 
 
 @pytest.fixture

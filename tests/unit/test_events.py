@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import pytest
 
+import agentfleet.examples.repo_report  # noqa: F401  (registers repo_report)
 from agentfleet import constants as C
 from agentfleet.config.agents import registry
 from agentfleet.errors import ErrorCode, GoalRejected, MalformedEvent
@@ -10,8 +11,6 @@ from agentfleet.events.envelope import PAYLOADS, GoalSubmitted
 from agentfleet.loop.keys import run_id_for
 from agentfleet.tasks.admission import admit, goal_event
 from agentfleet.tasks.catalog import HANDLERS
-
-import agentfleet.examples.repo_report  # noqa: F401  (registers repo_report)
 
 
 class TestEnvelope:

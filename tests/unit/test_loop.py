@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from agentfleet.constants import FINAL_ANSWER_TOOL
@@ -46,7 +48,7 @@ class TestStateMachine:
 
     def test_the_loop_goes_plan_execute_observe_plan(self) -> None:
         path = [RunState.PENDING, RunState.PLANNING, RunState.EXECUTING, RunState.OBSERVING, RunState.PLANNING]
-        assert all(can_transition(a, b) for a, b in zip(path, path[1:], strict=False))
+        assert all(can_transition(a, b) for a, b in itertools.pairwise(path))
 
     def test_only_planning_can_succeed(self) -> None:
         assert [s for s in RunState if can_transition(s, RunState.SUCCEEDED)] == [RunState.PLANNING]

@@ -46,7 +46,9 @@ def _rel(ctx: ToolContext, p: Path) -> str:
 
 
 @tool(read_only=True, timeout_s=20)
-def list_files(ctx: ToolContext, path: Annotated[str, Field(description="Directory, relative to the workspace")] = ".") -> dict:
+def list_files(
+    ctx: ToolContext, path: Annotated[str, Field(description="Directory, relative to the workspace")] = "."
+) -> dict:
     """List the files under a directory of the workspace (hidden and build directories skipped)."""
     root = _existing(ctx, path)
     files = [_rel(ctx, f) for f in _walk(root)]
@@ -73,7 +75,9 @@ def read_file(
 
 
 @tool(read_only=True, timeout_s=30)
-def count_lines(ctx: ToolContext, path: Annotated[str, Field(description="File or directory, relative to the workspace")] = ".") -> dict:
+def count_lines(
+    ctx: ToolContext, path: Annotated[str, Field(description="File or directory, relative to the workspace")] = "."
+) -> dict:
     """Count the lines of the text files under a path, in total and by file extension."""
     root = _existing(ctx, path)
     total = 0
