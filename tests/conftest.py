@@ -116,14 +116,18 @@ class WorkerProcs:
         self.logdir = logdir
         self.procs: list[tuple[str, subprocess.Popen[bytes]]] = []
 
+    def name(self, role: str, index: int) -> str:
+        """Node names are unique per namespace: a node's remote-control queue is exclusive on the broker."""
+        return f"{role}.{index}@{self.env['AGENTFLEET_NAMESPACE']}"
+
     def start(self, role: str, *extra: str) -> subprocess.Popen[bytes]:
         index = len(self.procs)
         log = (self.logdir / f"{role}-{index}.log").open("wb")
         proc = subprocess.Popen(
-            [sys.executable, "-m", "agentfleet.cli", "worker", role, "--hostname", f"{role}.{index}@test", *extra],
+            [sys.executable, "-m", "agentfleet.cli", "worker", role, "--hostname", self.name(role, index), *extra],
             env=self.env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
         )
-        self.procs.append((f"{role}.{index}@test", proc))
+        self.procs.append((self.name(role, index), proc))
         return proc
 
     def wait_ready(self, timeout: float = 60.0) -> None:

@@ -56,6 +56,10 @@ def _attempt(step: Step, req: ToolRequested, attempt: int) -> ToolResult:
         return ToolResult.failure(ErrorCode.UNKNOWN_TOOL, f"no tool named {req.call.name!r}",
                                   f"Use one of: {', '.join(offered) or '(none)'}.")
     if attempt > settings.max_step_attempts:
+        step.rt.publisher.dead_letter(
+            step.env.model_dump_json().encode(), reason=f"{tool.name} crashed its worker {attempt - 1} times",
+            error_code=ErrorCode.POISON_MESSAGE, source=f"task:{step.env.type}",
+        )
         return ToolResult.failure(
             ErrorCode.POISON_MESSAGE,
             f"{tool.name} crashed its worker {attempt - 1} times; not trying again",

@@ -54,4 +54,30 @@ def test_a_non_idempotent_call_cut_short_becomes_unknown_outcome_not_a_second_ca
     assert not (tmp_path / f"ledger-{run_id}.txt").exists()  # the killed attempt never wrote
     assert len(marker.read_text().splitlines()) == 1  # and the tool body was not entered again
     tool_step = next(s for s in store.steps(run_id) if s["kind"] == "tool")
-    assert tool_step["attempts"] == 2 and tool_step["worker"] == "executor.3@test"
+    assert tool_step["attempts"] == 2 and tool_step["worker"] == workers.name(C.EXECUTOR, 3)
+
+
+def test_a_call_that_keeps_killing_its_worker_is_dead_lettered_not_looped(
+    workers: WorkerProcs, namespace: str, store: Store
+) -> None:
+    workers.start(C.PLANNER)
+    workers.start(C.OBSERVER)
+    workers.wait_ready()
+    client = AmqpClient()
+    corr = client.publish_goal(namespace, "goal.crasher", {"agent": "crasher", "input": {}})
+    crashes = 0
+    result = None
+    deadline = time.monotonic() + 120
+    while result is None and time.monotonic() < deadline:
+        executor = workers.start(C.EXECUTOR)
+        while executor.poll() is None and result is None and time.monotonic() < deadline:
+            result = client.replies(1, timeout=0.5).get(corr)
+        if executor.poll() is not None:
+            crashes += 1
+    dead = client.drain(f"{namespace}.dead", 1)
+    client.close()
+    assert result is not None, workers.logs()
+    assert crashes == 3  # max_step_attempts, then no more
+    assert result["status"] == "succeeded"  # the model was told, and finished
+    assert [s["error_code"] for s in result["output"]["seen"]] == [ErrorCode.POISON_MESSAGE]
+    assert dead and dead[0][0].headers[C.HEADER_DEAD_ERROR_CODE] == ErrorCode.POISON_MESSAGE

@@ -97,7 +97,7 @@ def test_two_executor_processes_both_take_tool_calls(workers: WorkerProcs, amqp:
     result = amqp.replies(1)[corr]
     assert result["status"] == "succeeded", result
     tool_workers = {s["worker"] for s in store.steps(result["run_id"]) if s["kind"] == "tool"}
-    assert tool_workers == {"executor.1@test", "executor.2@test"}
+    assert tool_workers == {workers.name(C.EXECUTOR, 1), workers.name(C.EXECUTOR, 2)}
     pids = {seen["output"]["pid"] for seen in result["output"]["seen"]}
     assert len(pids) == 2
 
@@ -154,3 +154,26 @@ def test_broken_internal_messages_are_dead_lettered_not_dropped(
     assert reasons == ["MALFORMED_EVENT", "broker"]
     rejected = next(props for props, _ in dead if C.HEADER_DEAD_ERROR_CODE not in (props.headers or {}))
     assert rejected.headers["x-death"][0]["reason"] == "rejected"
+
+
+def test_the_cli_submits_follows_and_shows_a_run(fleet: WorkerProcs) -> None:
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "agentfleet.cli", *args], capture_output=True, text=True,
+                              cwd=ROOT, env=fleet.env, timeout=120)
+
+    submitted = cli("submit", "repo_report", "--input", '{"path": "proj"}', "--wait", "--json")
+    assert submitted.returncode == 0, submitted.stderr
+    result = json.loads(submitted.stdout)
+    assert result["status"] == "succeeded" and result["output"]["files"] == 2
+    status = cli("status", result["run_id"], "--json")
+    assert status.returncode == 0, status.stderr
+    described = json.loads(status.stdout)
+    assert described["state"] == "SUCCEEDED" and len(described["steps"]) == 6
+    assert cli("status", "no-such-run").returncode == 2
+    queued = cli("submit", "repo_report", "--input", '{"path": "proj"}', "--json")
+    assert queued.returncode == 0 and json.loads(queued.stdout)["run_id"]

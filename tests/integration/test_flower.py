@@ -58,7 +58,7 @@ def test_flower_lists_the_role_workers_and_the_runs_tasks_by_event_type(
     client.close()
     assert result["status"] == "succeeded"
 
-    expected_workers = {"planner.0@test", "executor.1@test", "observer.2@test"}
+    expected_workers = {workers.name(C.PLANNER, 0), workers.name(C.EXECUTOR, 1), workers.name(C.OBSERVER, 2)}
     expected_tasks = {"goal.submitted", "tool.requested", "tool.completed", "observation.recorded",
                       "run.completed"}
     deadline = time.monotonic() + 45
