@@ -26,6 +26,12 @@ out = Console()
 err = Console(stderr=True)
 
 
+AgentArg = Annotated[str, typer.Argument(help="Agent name")]
+InputOpt = Annotated[str, typer.Option("--input", "-i", help="Goal input as JSON")]
+GoalIdOpt = Annotated[str | None, typer.Option(help="Idempotency key (default: new)")]
+MaxStepsOpt = Annotated[int | None, typer.Option(help="Tighter max_steps for this goal")]
+
+
 def _json_arg(raw: str, what: str) -> dict[str, Any]:
     try:
         value = json.loads(raw)
@@ -65,10 +71,10 @@ def _exit_for(result: Result) -> None:
 
 @app.command()
 def run(
-    agent: Annotated[str, typer.Argument(help="Agent name")],
-    input_json: Annotated[str, typer.Option("--input", "-i", help="Goal input as JSON")] = "{}",
-    goal_id: Annotated[str | None, typer.Option(help="Idempotency key (default: new)")] = None,
-    max_steps: Annotated[int | None, typer.Option(help="Tighter max_steps for this goal")] = None,
+    agent: AgentArg,
+    input_json: InputOpt = "{}",
+    goal_id: GoalIdOpt = None,
+    max_steps: MaxStepsOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print only the Result JSON")] = False,
     timeout: Annotated[float, typer.Option(help="Seconds to wait for the result")] = 600.0,
 ) -> None:
@@ -98,10 +104,10 @@ def run(
 
 @app.command()
 def submit(
-    agent: Annotated[str, typer.Argument(help="Agent name")],
-    input_json: Annotated[str, typer.Option("--input", "-i", help="Goal input as JSON")] = "{}",
-    goal_id: Annotated[str | None, typer.Option(help="Idempotency key (default: new)")] = None,
-    max_steps: Annotated[int | None, typer.Option(help="Tighter max_steps for this goal")] = None,
+    agent: AgentArg,
+    input_json: InputOpt = "{}",
+    goal_id: GoalIdOpt = None,
+    max_steps: MaxStepsOpt = None,
     wait: Annotated[bool, typer.Option("--wait", help="Follow the run to its end")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print only JSON")] = False,
     timeout: Annotated[float, typer.Option(help="Seconds to wait with --wait")] = 600.0,

@@ -18,10 +18,11 @@ from sqlalchemy import Connection
 from sqlalchemy.exc import OperationalError
 
 from agentfleet.errors import BrokerError, ErrorCode, MalformedEvent
-from agentfleet.events.contracts import Result
+from agentfleet.events.contracts import Result, ResultStatus
 from agentfleet.events.envelope import Envelope, EventType, RunEnded, decode
 from agentfleet.logs import log_context
 from agentfleet.loop.keys import derived_event_id
+from agentfleet.loop.states import RunState
 from agentfleet.store.repository import RunRecord
 from agentfleet.tasks.runtime import Runtime, runtime_for
 
@@ -111,6 +112,22 @@ def run_event(task: EventTask, raw: Any) -> str:
             return "in-flight"
         rt.publisher.publish(events)
         return f"published {len(events)}"
+
+
+TERMINAL_STATE = {
+    ResultStatus.SUCCEEDED: RunState.SUCCEEDED,
+    ResultStatus.FAILED: RunState.FAILED,
+    ResultStatus.CANCELLED: RunState.CANCELLED,
+}
+
+
+def end_run(step: Step, conn: Connection, run: RunRecord, result: Result, **fields: Any) -> list[Envelope]:
+    """Move a live run to the terminal state its Result names, storing the Result, in ``conn``'s transaction."""
+    stored = result.model_dump(mode="json")
+    if not step.rt.store.transition(conn, run, TERMINAL_STATE[result.status], result=stored,
+                                    error_code=result.error_code, **fields):
+        return step.commit(conn, [])
+    return step.commit(conn, [step.run_ended(run.run_id, result)])
 
 
 def result_of(run: RunRecord, **fields: Any) -> Result:

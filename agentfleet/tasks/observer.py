@@ -22,7 +22,7 @@ from agentfleet.events.envelope import (
 from agentfleet.loop.decisions import fan_in_complete
 from agentfleet.loop.states import RunState, is_terminal
 from agentfleet.loop.transcript import ToolResult
-from agentfleet.tasks.base import Step, result_of
+from agentfleet.tasks.base import Step, end_run, result_of
 
 log = logging.getLogger(__name__)
 
@@ -66,10 +66,7 @@ def on_cancel_requested(step: Step) -> list[Envelope]:
             return step.commit(conn, [])
         result = result_of(run, status=ResultStatus.CANCELLED, error_code=ErrorCode.CANCELLED, message=cancel.reason,
                            recovery_suggestion=RECOVERY_SUGGESTIONS[ErrorCode.CANCELLED])
-        if not store.transition(conn, run, RunState.CANCELLED, result=result.model_dump(mode="json"),
-                                error_code=ErrorCode.CANCELLED):
-            return step.commit(conn, [])
-        return step.commit(conn, [step.run_ended(run.run_id, result)])
+        return end_run(step, conn, run, result)
 
 
 def on_run_ended(step: Step) -> list[Envelope]:

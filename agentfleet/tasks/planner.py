@@ -31,7 +31,7 @@ from agentfleet.loop.states import RunState, is_terminal
 from agentfleet.loop.transcript import Message, ModelTurn
 from agentfleet.models.base import ModelRequest
 from agentfleet.store.repository import RunRecord
-from agentfleet.tasks.base import InFlight, Step, result_of
+from agentfleet.tasks.base import InFlight, Step, end_run, result_of
 
 log = logging.getLogger(__name__)
 
@@ -208,11 +208,8 @@ def _end(step: Step, run: RunRecord, new_messages: list[Message], iteration: int
             store.finish_step(conn, idempotency_key(run.run_id, iteration, "plan"), status="failed",
                               output={"error_code": code, "message": message}, duration_ms=0.0)
         turn = planned.turn if planned else None
-        ended = dataclasses.replace(current, **_usage_fields(current, turn))  # type: ignore[arg-type]
+        usage = _usage_fields(current, turn)
+        ended = dataclasses.replace(current, **usage)  # type: ignore[arg-type]
         result = result_of(ended, status=status, output=output, error_code=code, message=message,
                            recovery_suggestion=RECOVERY_SUGGESTIONS.get(code) if code else None)
-        target = RunState.SUCCEEDED if status == ResultStatus.SUCCEEDED else RunState.FAILED
-        if not store.transition(conn, current, target, result=result.model_dump(mode="json"),
-                                error_code=code, **_usage_fields(current, turn)):
-            return step.commit(conn, [])
-        return step.commit(conn, [step.run_ended(run.run_id, result)])
+        return end_run(step, conn, current, result, **usage)
