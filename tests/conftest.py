@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import os
 import socket
-import subprocess
-import sys
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from agentfleet.workers.processes import WorkerProcesses as WorkerProcs
 
 ROOT = Path(__file__).resolve().parents[1]
 PG_ADMIN_URL = os.environ.get("AGENTFLEET_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
@@ -108,67 +107,8 @@ def distributed_env(namespace: str, pg_url: str, tmp_path: Path, monkeypatch: py
     return env
 
 
-class WorkerProcs:
-    """Real `agentfleet worker ROLE` subprocesses; stopped (killed) at teardown."""
-
-    def __init__(self, env: dict[str, str], logdir: Path) -> None:
-        self.env = {**os.environ, **env, "PYTHONPATH": str(ROOT)}
-        self.logdir = logdir
-        self.procs: list[tuple[str, subprocess.Popen[bytes]]] = []
-
-    def name(self, role: str, index: int) -> str:
-        """Node names are unique per namespace: a node's remote-control queue is exclusive on the broker."""
-        return f"{role}.{index}@{self.env['AGENTFLEET_NAMESPACE']}"
-
-    def start(self, role: str, *extra: str) -> subprocess.Popen[bytes]:
-        index = len(self.procs)
-        log = (self.logdir / f"{role}-{index}.log").open("wb")
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "agentfleet.cli", "worker", role, "--hostname", self.name(role, index), *extra],
-            env=self.env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
-        )
-        self.procs.append((self.name(role, index), proc))
-        return proc
-
-    def wait_ready(self, timeout: float = 60.0) -> None:
-        """Until every started worker answers a ping over the broker."""
-        from agentfleet.config.settings import Settings
-        from agentfleet.workers.app import create_app
-
-        app = create_app(Settings(broker_url=self.env["AGENTFLEET_BROKER_URL"],
-                                  namespace=self.env["AGENTFLEET_NAMESPACE"]))
-        wanted = {name for name, proc in self.procs if proc.poll() is None}
-        deadline = time.monotonic() + timeout
-        seen: set[str] = set()
-        while time.monotonic() < deadline:
-            replies = app.control.ping(destination=list(wanted), timeout=1.0) or []
-            seen = {name for reply in replies for name in reply}
-            if wanted <= seen:
-                return
-            dead = [n for n, p in self.procs if p.poll() is not None]
-            if dead:
-                raise RuntimeError(f"workers exited: {dead}; logs in {self.logdir}")
-        raise TimeoutError(f"workers not ready: {wanted - seen}; logs in {self.logdir}")
-
-    def logs(self) -> str:
-        return "\n".join(p.read_text(errors="replace")[-4000:] for p in sorted(self.logdir.glob("*.log")))
-
-    def stop(self) -> None:
-        for _, proc in self.procs:
-            if proc.poll() is None:
-                proc.terminate()
-        for _, proc in self.procs:
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-
-
 @pytest.fixture
 def workers(distributed_env: dict[str, str], tmp_path: Path) -> Iterator[WorkerProcs]:
-    logdir = tmp_path / "logs"
-    logdir.mkdir()
-    procs = WorkerProcs(distributed_env, logdir)
+    procs = WorkerProcs({**distributed_env, "PYTHONPATH": str(ROOT)}, tmp_path / "logs", cwd=ROOT)
     yield procs
     procs.stop()

@@ -55,7 +55,7 @@ def create_app(settings: Settings | None = None) -> Celery:
     app = Celery("agentfleet", set_as_current=False)
     app.conf.update(celery_config(settings))
     register_tasks(app)
-    app.steps["consumer"].add(DeclareTopology)
+    app.steps["worker"].add(DeclareTopology)
     app.steps["consumer"].add(InboxConsumer)
     return app
 

@@ -19,13 +19,17 @@ log = logging.getLogger(__name__)
 
 
 class DeclareTopology(bootsteps.StartStopStep):
-    """Every process declares every exchange and queue, so nothing published is ever unroutable."""
+    """Every process declares every exchange and queue, so nothing published is ever unroutable.
 
-    requires = ("celery.worker.consumer.connection:Connection",)
+    A worker-blueprint step: it finishes before the consumer (and its remote-control
+    queue) starts, so a worker that answers a ping has already declared the inbox.
+    """
 
-    def start(self, c: Any) -> None:
-        rt = runtime_for(c.app)
-        rt.topology.declare(c.connection)
+    def start(self, worker: Any) -> None:
+        rt = runtime_for(worker.app)
+        with worker.app.connection_for_write() as conn:
+            conn.ensure_connection(max_retries=None)
+            rt.topology.declare(conn)
         log.info("topology declared", extra={"namespace": rt.topology.namespace})
 
 

@@ -1,0 +1,71 @@
+"""A local fleet of real ``agentfleet worker`` processes: for tests, benchmarks and trying it out."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from agentfleet.config.settings import Settings
+from agentfleet.workers.app import create_app
+
+
+class WorkerProcesses:
+    """Starts role workers as subprocesses sharing one environment; stops (or kills) them."""
+
+    def __init__(self, env: dict[str, str], logdir: Path, cwd: Path | None = None) -> None:
+        self.env = {**os.environ, **env}
+        self.logdir = logdir
+        self.cwd = cwd
+        self.procs: list[tuple[str, subprocess.Popen[bytes]]] = []
+        logdir.mkdir(parents=True, exist_ok=True)
+
+    def name(self, role: str, index: int) -> str:
+        """Node names are unique per namespace: a node's remote-control queue is exclusive on the broker."""
+        return f"{role}.{index}@{self.env.get('AGENTFLEET_NAMESPACE', 'agentfleet')}"
+
+    def start(self, role: str, *extra: str) -> subprocess.Popen[bytes]:
+        index = len(self.procs)
+        log = (self.logdir / f"{role}-{index}.log").open("wb")
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "agentfleet.cli", "worker", role, "--hostname", self.name(role, index), *extra],
+            env=self.env, stdout=log, stderr=subprocess.STDOUT, cwd=self.cwd,
+        )
+        self.procs.append((self.name(role, index), proc))
+        return proc
+
+    def pid_of(self, name: str) -> int | None:
+        return next((p.pid for n, p in self.procs if n == name and p.poll() is None), None)
+
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        """Until every live worker answers a ping over the broker."""
+        app = create_app(Settings(broker_url=self.env["AGENTFLEET_BROKER_URL"],
+                                  namespace=self.env["AGENTFLEET_NAMESPACE"]))
+        wanted = {name for name, proc in self.procs if proc.poll() is None}
+        deadline = time.monotonic() + timeout
+        seen: set[str] = set()
+        while time.monotonic() < deadline:
+            replies = app.control.ping(destination=list(wanted), timeout=1.0) or []
+            seen = {name for reply in replies for name in reply}
+            if wanted <= seen:
+                return
+            dead = [n for n, p in self.procs if p.poll() is not None and n in wanted]
+            if dead:
+                raise RuntimeError(f"workers exited: {dead}; logs in {self.logdir}")
+        raise TimeoutError(f"workers not ready: {wanted - seen}; logs in {self.logdir}")
+
+    def logs(self) -> str:
+        return "\n".join(p.read_text(errors="replace")[-4000:] for p in sorted(self.logdir.glob("*.log")))
+
+    def stop(self) -> None:
+        for _, proc in self.procs:
+            if proc.poll() is None:
+                proc.terminate()
+        for _, proc in self.procs:
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
