@@ -234,6 +234,39 @@ def schema() -> None:
     print(json.dumps({"goal": Goal.model_json_schema(), "result": Result.model_json_schema()}, indent=2))
 
 
+@app.command()
+def bench(
+    suite: Annotated[str | None, typer.Argument(help="overhead | growth | recovery (default: all)")] = None,
+    quick: Annotated[bool, typer.Option("--quick", help="Small sizes, for development")] = False,
+    output: Annotated[str, typer.Option(help="Where to write the figures as JSON")] = "benchmarks/results/latest.json",
+) -> None:
+    """Run the benchmarks (from a checkout: needs RabbitMQ, Postgres and Redis on localhost)."""
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path.cwd()))
+    try:
+        from benchmarks import run as bench_run
+    except ImportError:
+        err.print("run `agentfleet bench` from the root of an agentfleet checkout (it has benchmarks/)")
+        raise typer.Exit(2) from None
+    suites = [suite] if suite else list(bench_run.SUITES)
+    unknown = [s for s in suites if s not in bench_run.SUITES]
+    if unknown:
+        raise typer.BadParameter(f"unknown suite {unknown[0]!r}; choose from {', '.join(bench_run.SUITES)}")
+    logs.configure("WARNING", True)
+    sizes = bench_run.Sizes.quick() if quick else bench_run.Sizes()
+    report = bench_run.run(suites, sizes)
+    table = Table("suite", "metric", "value", title=f"agentfleet bench ({'quick' if quick else 'full'})")
+    for row in report.rows:
+        table.add_row(*row)
+    out.print(table)
+    out.print(json.dumps(report.figures["machine"]))
+    target = Path(output)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(json.dumps({"sizes": sizes.__dict__, **report.figures}, indent=2, default=str))
+    out.print(f"figures written to {target}")
+
+
 @db_app.command("upgrade")
 def db_upgrade(revision: Annotated[str, typer.Argument(help="Target revision")] = "head") -> None:
     """Create or migrate the tables (Alembic)."""

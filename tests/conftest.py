@@ -57,20 +57,10 @@ def _isolated_settings(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 def pg_url() -> Iterator[str]:
     """A fresh Postgres database for the session, migrated to head, dropped afterwards."""
     require("postgres")
-    from sqlalchemy import create_engine, text
+    from agentfleet.store.db import scratch_database
 
-    from agentfleet.store import db
-
-    name = f"agentfleet_test_{uuid.uuid4().hex[:10]}"
-    admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    url = PG_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
-    db.upgrade(url)
-    yield url
-    with admin.connect() as conn:
-        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-    admin.dispose()
+    with scratch_database(PG_ADMIN_URL, prefix="agentfleet_test") as url:
+        yield url
 
 
 @pytest.fixture

@@ -168,8 +168,14 @@ def _checkpoint(step: Step, conn: Connection, run: RunRecord, iteration: int, ne
     if planned is not None:
         store.append_messages(conn, run.run_id, iteration, [planned.turn.as_message()])
         store.finish_step(conn, idempotency_key(run.run_id, iteration, "plan"), status="succeeded",
-                          output={"turn": planned.turn.model_dump(mode="json"), "signature": signature},
+                          output=_plan_summary(planned.turn, signature),
                           duration_ms=planned.duration_ms)
+
+
+def _plan_summary(turn: ModelTurn, signature: str | None) -> dict[str, object]:
+    """The plan step's outcome. The turn itself lives once, in the transcript (storage stays ~1× it)."""
+    return {"signature": signature, "calls": [c.name for c in turn.tool_calls], "model": turn.model,
+            "usage": turn.usage.model_dump()}
 
 
 def _dispatch(step: Step, run: RunRecord, new_messages: list[Message], iteration: int, planned: Planned,

@@ -25,10 +25,10 @@ def step_line(step: dict[str, Any]) -> str:
     ms = step.get("duration_ms") or 0.0
     if step["kind"] == "plan":
         output = step.get("output") or {}
-        calls = (output.get("turn") or {}).get("tool_calls", [])
         if step["status"] != "succeeded":
             return f"iteration {step['iteration']}: model failed: {output.get('message', '')}"
-        names = [c["name"] for c in calls]
+        names = output.get("calls", [])
+        calls = names
         if FINAL_ANSWER_TOOL in names:
             return f"iteration {step['iteration']}: model → final answer ({ms:.0f} ms)"
         what = "1 tool call" if len(calls) == 1 else f"{len(calls)} tool calls in parallel"

@@ -1,0 +1,65 @@
+"""Agents the benchmarks drive: a loop of no-op iterations, optionally with fat model turns."""
+
+from __future__ import annotations
+
+import random
+import string
+import time
+
+from agentfleet import Agent, Limits, ModelRequest, ModelTurn, ScriptedModel, ToolCall, Usage, tool
+
+LOOP_GOAL = {
+    "type": "object",
+    "properties": {
+        "iterations": {"type": "integer", "minimum": 1},
+        "turn_chars": {"type": "integer", "minimum": 0},
+        "nap_s": {"type": "number", "minimum": 0},
+    },
+    "required": ["iterations"],
+}
+LOOP_RESULT = {"type": "object", "properties": {"iterations": {"type": "integer"}}, "required": ["iterations"]}
+
+
+@tool(read_only=True)
+def noop(step: int) -> dict:
+    """Do nothing (the benchmark measures everything around the tool)."""
+    return {"step": step}
+
+
+@tool(idempotent=True)
+def nap(seconds: float, step: int = 0) -> dict:
+    """Sleep, so a worker can be killed mid-step; idempotent, so it is run again after a kill."""
+    time.sleep(seconds)
+    return {"slept": seconds}
+
+
+class LoopModel:
+    """Answers instantly: a tool call per iteration (with ``turn_chars`` of text), then a final answer."""
+
+    name = "bench-loop"
+    offline = True
+
+    def complete(self, request: ModelRequest) -> ModelTurn:
+        goal = request.goal
+        # Letters at random: model text does not compress to nothing the way "xxxx…" would.
+        rng = random.Random(f"{request.run_id}/{request.iteration}")
+        text = "".join(rng.choices(string.ascii_letters + "     ", k=int(goal.get("turn_chars", 0))))
+        usage = Usage(output_tokens=len(text) // 4 + 1)
+        if request.iteration + 1 >= goal["iterations"]:
+            return ScriptedModel.final({"iterations": request.iteration + 1}).model_copy(update={"usage": usage})
+        # A new argument each iteration: the same call repeated would (rightly) trip NO_PROGRESS.
+        step = request.iteration
+        call = (ToolCall(id="n", name="nap", arguments={"seconds": goal["nap_s"], "step": step}) if goal.get("nap_s")
+                else ToolCall(id="n", name="noop", arguments={"step": step}))
+        return ModelTurn(text=text or None, tool_calls=[call], usage=usage, model=self.name)
+
+
+bench_loop = Agent(
+    "bench_loop",
+    instructions="Benchmark loop.",
+    model=LoopModel(),
+    goal_schema=LOOP_GOAL,
+    result_schema=LOOP_RESULT,
+    tools=[noop, nap],
+    limits=Limits(max_steps=10_000, max_tokens=10**12, max_cost_usd=10**6, deadline_s=10**6),
+)
