@@ -112,10 +112,6 @@ class ModelError(AgentfleetError):
     retryable = True
 
 
-class StoreError(AgentfleetError):
-    """The store refused an operation (missing run, broken invariant)."""
-
-
 class BrokerError(AgentfleetError):
     """A publish was not confirmed by the broker."""
 

@@ -3,12 +3,11 @@
 from agentfleet.events.contracts import Goal, GoalLimits, Result, ResultStatus, ResultUsage, parse_goal
 from agentfleet.events.envelope import PAYLOADS, SCHEMA_VERSION, Envelope, EventType, decode
 from agentfleet.events.publisher import Publisher
-from agentfleet.events.topology import CONSUMERS, PUBLIC_TYPES, Topology, consumed_by
+from agentfleet.events.topology import CONSUMERS, Topology, consumed_by
 
 __all__ = [
     "CONSUMERS",
     "PAYLOADS",
-    "PUBLIC_TYPES",
     "SCHEMA_VERSION",
     "Envelope",
     "EventType",

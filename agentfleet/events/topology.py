@@ -26,12 +26,6 @@ CONSUMERS: dict[EventType, str] = {
     EventType.RUN_FAILED: C.OBSERVER,
 }
 
-# Published as plain JSON on the public exchange for dashboards and other systems.
-PUBLIC_TYPES: frozenset[EventType] = frozenset(
-    {EventType.RUN_COMPLETED, EventType.RUN_FAILED, EventType.APPROVAL_REQUESTED, EventType.APPROVAL_RESOLVED}
-)
-
-
 def consumed_by(role: str) -> list[EventType]:
     return [t for t, r in CONSUMERS.items() if r == role]
 

@@ -55,13 +55,6 @@ def upgrade(url: str, revision: str = "head") -> None:
     command.upgrade(alembic_config(url), revision)
 
 
-def current_revision(engine: Engine) -> str | None:
-    from alembic.runtime.migration import MigrationContext
-
-    with engine.connect() as conn:
-        return MigrationContext.configure(conn).get_current_revision()
-
-
 @contextmanager
 def scratch_database(admin_url: str, prefix: str = "agentfleet_scratch") -> Iterator[str]:
     """A new Postgres database migrated to head, dropped afterwards (tests, benchmarks)."""

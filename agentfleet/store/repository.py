@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Connection, Engine, func, select, text, update
+from sqlalchemy import Connection, Engine, select, text, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
@@ -174,11 +174,6 @@ class Store:
                 row = own.execute(stmt).first()
         return RunRecord.from_row(row) if row else None
 
-    def list_runs(self, limit: int = 20) -> list[RunRecord]:
-        with self.engine.connect() as conn:
-            rows = conn.execute(select(T.runs).order_by(T.runs.c.created_at.desc()).limit(limit)).all()
-        return [RunRecord.from_row(r) for r in rows]
-
     def transition(self, conn: Connection, run: RunRecord, target: RunState, **fields: Any) -> bool:
         """Compare-and-set on (state, version); an illegal or stale transition is a logged no-op."""
         if not can_transition(run.state, target):
@@ -324,12 +319,3 @@ class Store:
     def mark_replied(self, conn: Connection, ids: Sequence[int]) -> None:
         if ids:
             conn.execute(update(T.run_replies).where(T.run_replies.c.id.in_(list(ids))).values(delivered_at=now()))
-
-    # -- housekeeping -------------------------------------------------------------------
-
-    def counts(self) -> dict[str, int]:
-        with self.engine.connect() as conn:
-            return {
-                t.name: conn.execute(select(func.count()).select_from(t)).scalar_one()
-                for t in T.metadata.sorted_tables
-            }
