@@ -30,11 +30,11 @@ from sqlalchemy import text
 import agentfleet
 from agentfleet import constants as C
 from agentfleet.events.topology import Topology
-from agentfleet.loop.states import is_terminal
 from agentfleet.store import Store, make_engine
 from agentfleet.store.db import scratch_database
 from agentfleet.workers.client import FleetClient
 from agentfleet.workers.processes import WorkerProcesses
+from agentfleet.workers.progress import wait_for_end
 
 ROOT = Path(__file__).resolve().parents[1]
 BROKER = os.environ.get("AGENTFLEET_BROKER_URL", "amqp://guest:guest@127.0.0.1:5672//")
@@ -85,13 +85,9 @@ class Fleet:
         with FleetClient(_settings(self.env)) as client:
             client.publish_goal(body)
             run_id = client.run_id(body)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            run = self.store.get_run(run_id)
-            if run is not None and is_terminal(run.state):
-                return run_id
-            time.sleep(0.02)
-        raise TimeoutError(f"run {run_id} did not finish; logs in {self.workers.logdir}")
+        if wait_for_end(self.store, run_id, timeout_s=timeout) is None:
+            raise TimeoutError(f"run {run_id} did not finish; logs in {self.workers.logdir}")
+        return run_id
 
 
 def _settings(env: dict[str, str]) -> agentfleet.Settings:

@@ -9,18 +9,15 @@ from typing import Any
 
 import pika
 
-from agentfleet.loop.states import is_terminal
 from agentfleet.store.repository import RunRecord, Store
+from agentfleet.workers.progress import wait_for_end
 
 
 def wait_for_run(store: Store, run_id: str, timeout: float = 60.0) -> RunRecord:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        run = store.get_run(run_id)
-        if run is not None and is_terminal(run.state):
-            return run
-        time.sleep(0.05)
-    raise TimeoutError(f"run {run_id} did not end in {timeout}s: {store.get_run(run_id)}")
+    run = wait_for_end(store, run_id, timeout_s=timeout)
+    if run is None:
+        raise TimeoutError(f"run {run_id} did not end in {timeout}s: {store.get_run(run_id)}")
+    return run
 
 
 class AmqpClient:

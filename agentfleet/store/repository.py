@@ -7,6 +7,7 @@ alone open their own.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import threading
@@ -174,20 +175,21 @@ class Store:
                 row = own.execute(stmt).first()
         return RunRecord.from_row(row) if row else None
 
-    def transition(self, conn: Connection, run: RunRecord, target: RunState, **fields: Any) -> bool:
-        """Compare-and-set on (state, version); an illegal or stale transition is a logged no-op."""
+    def transition(self, conn: Connection, run: RunRecord, target: RunState, **fields: Any) -> RunRecord | None:
+        """Compare-and-set on (state, version): the run as it now is, or None (logged) when illegal or stale."""
         if not can_transition(run.state, target):
             log.warning("illegal transition ignored", extra={"run_id": run.run_id, "from": run.state, "to": target})
-            return False
+            return None
+        changed = dict(state=target, version=run.version + 1, updated_at=now(), **fields)
         stmt = (
             update(T.runs)
             .where(T.runs.c.run_id == run.run_id, T.runs.c.state == run.state, T.runs.c.version == run.version)
-            .values(state=target, version=run.version + 1, updated_at=now(), **fields)
+            .values(**changed)
         )
         if conn.execute(stmt).rowcount != 1:
             log.info("stale transition ignored", extra={"run_id": run.run_id, "from": run.state, "to": target})
-            return False
-        return True
+            return None
+        return dataclasses.replace(run, **changed)
 
     # -- steps (write-ahead) ------------------------------------------------------
 
@@ -233,15 +235,16 @@ class Store:
             rows = conn.execute(select(T.steps).where(T.steps.c.run_id == run_id).order_by(T.steps.c.id)).all()
         return [dict(r._mapping) for r in rows]
 
-    def plan_signatures(self, run_id: str) -> list[str]:
-        """Call-set fingerprints of the run's earlier plans, oldest first (for no-progress detection)."""
+    def plan_signatures(self, run_id: str, last: int) -> list[str]:
+        """Call-set fingerprints of the run's ``last`` plans, oldest first (for no-progress detection)."""
         with self.engine.connect() as conn:
             rows = conn.execute(
                 select(T.steps.c.output)
                 .where(T.steps.c.run_id == run_id, T.steps.c.kind == "plan", T.steps.c.status == "succeeded")
-                .order_by(T.steps.c.iteration)
+                .order_by(T.steps.c.iteration.desc())
+                .limit(last)
             ).all()
-        return [r.output["signature"] for r in rows if r.output and r.output.get("signature")]
+        return [r.output["signature"] for r in reversed(rows) if r.output and r.output.get("signature")]
 
     # -- transcript ---------------------------------------------------------------
 

@@ -25,7 +25,7 @@ from agentfleet.events.envelope import (
     ToolRequested,
 )
 from agentfleet.loop.budgets import Limits, check_gates
-from agentfleet.loop.decisions import Dispatch, Fail, Finish, decide, schema_errors
+from agentfleet.loop.decisions import NO_PROGRESS_REPEATS, Dispatch, Fail, Finish, decide, schema_errors
 from agentfleet.loop.keys import idempotency_key
 from agentfleet.loop.states import RunState, is_terminal
 from agentfleet.loop.transcript import Message, ModelTurn
@@ -56,7 +56,7 @@ def on_goal_submitted(step: Step) -> list[Envelope]:
         run = store.get_run(step.env.run_id, conn, lock=True)
         assert run is not None
         if run.state == RunState.PENDING:
-            store.transition(conn, run, RunState.PLANNING)
+            run = store.transition(conn, run, RunState.PLANNING) or run  # we hold the row lock
         elif run.state != RunState.PLANNING or run.iteration != 0:
             # A second copy of a goal already under way (or done): one run, and this copy's
             # reply_to gets that run's Result when there is one.
@@ -64,8 +64,6 @@ def on_goal_submitted(step: Step) -> list[Envelope]:
             if is_terminal(run.state) and goal.reply_to and run.result:
                 events = [step.run_ended(run.run_id, Result.model_validate(run.result), redelivery=True)]
             return step.commit(conn, events)
-    run = store.get_run(step.env.run_id)
-    assert run is not None
     return _plan(step, agent, run, iteration=0, new_messages=[])
 
 
@@ -82,12 +80,10 @@ def on_observation_recorded(step: Step) -> list[Envelope]:
         if run is None:
             return step.commit(conn, [])
         if run.state == RunState.OBSERVING and run.iteration == obs.iteration:
-            store.transition(conn, run, RunState.PLANNING, iteration=nxt)
-        elif not (run.state == RunState.PLANNING and run.iteration == nxt):
+            run = store.transition(conn, run, RunState.PLANNING, iteration=nxt) or run  # we hold the row lock
+        if not (run.state == RunState.PLANNING and run.iteration == nxt):
             log.info("stale observation ignored", extra={"state": run.state, "iteration": run.iteration})
             return step.commit(conn, [])
-    run = store.get_run(step.env.run_id)
-    assert run is not None
     tool_messages = [
         Message(role="tool", tool_call_id=o.call_id, name=o.tool, content=o.result.for_model_json())
         for o in obs.observations
@@ -126,7 +122,7 @@ def _plan(step: Step, agent: Agent, run: RunRecord, *, iteration: int, new_messa
             return _end(step, run, new_messages, iteration, None, ResultStatus.FAILED, ErrorCode.MODEL_ERROR,
                         f"{agent.model.name}: {exc}")
         planned = Planned(turn, round((time.perf_counter() - started) * 1000, 3))
-        decision = decide(turn, agent.result_schema, store.plan_signatures(run.run_id))
+        decision = decide(turn, agent.result_schema, store.plan_signatures(run.run_id, last=NO_PROGRESS_REPEATS - 1))
         if isinstance(decision, Finish):
             return _end(step, run, new_messages, iteration, planned, ResultStatus.SUCCEEDED, output=decision.output)
         if isinstance(decision, Fail):

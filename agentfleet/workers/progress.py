@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from typing import Any
 
 from rich.console import Console
@@ -13,7 +14,7 @@ from agentfleet.constants import FINAL_ANSWER_TOOL, FOLLOW_POLL_INTERVAL_S
 from agentfleet.errors import ErrorCode
 from agentfleet.events.contracts import Result, ResultStatus
 from agentfleet.loop.states import is_terminal
-from agentfleet.store.repository import Store
+from agentfleet.store.repository import RunRecord, Store
 
 
 def _short(value: Any, limit: int = 60) -> str:
@@ -40,23 +41,38 @@ def step_line(step: dict[str, Any]) -> str:
     return f"  ✗ {call} {result.get('error_code')}: {result.get('message')}"
 
 
-def follow(store: Store, run_id: str, console: Console | None, *, timeout_s: float) -> Result:
-    """Poll the run's checkpoint until it ends, printing each finished step once."""
-    shown: set[int] = set()
+def wait_for_end(store: Store, run_id: str, *, timeout_s: float,
+                 on_poll: Callable[[RunRecord | None], None] | None = None) -> RunRecord | None:
+    """Poll the run's checkpoint until it ends (its record, Result stored) or ``timeout_s`` passes (None)."""
     deadline = time.monotonic() + timeout_s
     while True:
         run = store.get_run(run_id)
-        if console is not None and run is not None:
-            for step in store.steps(run_id):
-                if step["id"] not in shown and step["status"] != "started":
-                    shown.add(step["id"])
-                    console.print(escape(step_line(step)))
+        if on_poll is not None:
+            on_poll(run)
         if run is not None and is_terminal(run.state) and run.result:
-            return Result.model_validate(run.result)
+            return run
         if time.monotonic() > deadline:
-            return Result(status=ResultStatus.FAILED, run_id=run_id, error_code=ErrorCode.DEADLINE,
-                          message=f"gave up waiting after {timeout_s:g}s; the run goes on: agentfleet status {run_id}")
+            return None
         time.sleep(FOLLOW_POLL_INTERVAL_S)
+
+
+def follow(store: Store, run_id: str, console: Console | None, *, timeout_s: float) -> Result:
+    """Wait for the run's Result, printing each finished step once."""
+    shown: set[int] = set()
+
+    def show(run: RunRecord | None) -> None:
+        if console is None or run is None:
+            return
+        for step in store.steps(run_id):
+            if step["id"] not in shown and step["status"] != "started":
+                shown.add(step["id"])
+                console.print(escape(step_line(step)))
+
+    ended = wait_for_end(store, run_id, timeout_s=timeout_s, on_poll=show)
+    if ended is None:
+        return Result(status=ResultStatus.FAILED, run_id=run_id, error_code=ErrorCode.DEADLINE,
+                      message=f"gave up waiting after {timeout_s:g}s; the run goes on: agentfleet status {run_id}")
+    return Result.model_validate(ended.result)
 
 
 def describe_run(store: Store, run_id: str) -> dict[str, Any] | None:

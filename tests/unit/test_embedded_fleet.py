@@ -111,16 +111,27 @@ def test_a_schema_breaking_goal_never_reaches_a_model(fleet: EmbeddedFleet) -> N
     assert err.value.code == ErrorCode.INPUT_INVALID
 
 
-def test_a_cancelled_run_ends_cancelled(fleet: EmbeddedFleet) -> None:
+def test_a_run_cancelled_mid_iteration_ends_cancelled_and_ignores_late_results(fleet: EmbeddedFleet) -> None:
+    import time
+
     from agentfleet.events.envelope import Envelope, EventType, RunCancelRequested
 
-    run_id = fleet.submit({"agent": "stepper", "input": {}, "limits": {"deadline_s": 60}})
+    run_id = fleet.submit({"agent": "fanout", "input": {}})  # 8 tool calls of 0.4 s, 4 at a time
+    deadline = time.monotonic() + 30
+    while (run := fleet.store.get_run(run_id)) is None or run.state != RunState.EXECUTING:
+        assert time.monotonic() < deadline, run
+        time.sleep(0.01)
     fleet.runtime.publisher.publish([Envelope.new(EventType.RUN_CANCEL_REQUESTED, run_id,
                                                   RunCancelRequested(reason="test"), trace_id="t")])
     record = wait_for_run(fleet.store, run_id)
-    assert record.state in (RunState.CANCELLED, RunState.FAILED)  # it may reach MAX_STEPS first
-    if record.state == RunState.CANCELLED:
-        assert record.result and record.result["status"] == "cancelled"
+    assert record.state == RunState.CANCELLED
+    assert record.result and record.result["status"] == "cancelled" and record.result["message"] == "test"
+    # The calls already dispatched finish; their results arrive after the end and change nothing.
+    while len([s for s in fleet.store.steps(run_id) if s["kind"] == "tool" and s["status"] != "started"]) < 8:
+        assert time.monotonic() < deadline + 30
+        time.sleep(0.05)
+    after = fleet.store.get_run(run_id)
+    assert after is not None and after.state == RunState.CANCELLED and after.steps_used == 1
 
 
 def test_the_cli_runs_the_example_end_to_end(tmp_path: Path) -> None:

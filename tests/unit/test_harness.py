@@ -79,7 +79,7 @@ def test_a_hanging_tool_times_out(tmp_path: Path) -> None:
         return {}
 
     result = run_tool(hang, {}, ctx(tmp_path), 30)
-    assert result.error_code == ErrorCode.TIMEOUT and result.duration_ms < 2000
+    assert result.error_code == ErrorCode.TIMEOUT and "0.1s" in (result.message or "")
 
 
 def test_a_raising_tool_is_an_internal_failure_not_a_crash(tmp_path: Path) -> None:
