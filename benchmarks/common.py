@@ -1,0 +1,193 @@
+"""What every suite shares: sizes, the report, a private fleet of worker processes, the machine."""
+
+from __future__ import annotations
+
+import os
+import platform
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from kombu import Connection
+from sqlalchemy import text
+
+import agentfleet
+from agentfleet import constants as C
+from agentfleet.events.topology import Topology
+from agentfleet.store import Store, make_engine
+from agentfleet.store.db import scratch_database
+from agentfleet.workers.client import FleetClient
+from agentfleet.workers.processes import WorkerProcesses
+from agentfleet.workers.progress import wait_for_end
+
+ROOT = Path(__file__).resolve().parents[1]
+BROKER = os.environ.get("AGENTFLEET_BROKER_URL", "amqp://guest:guest@127.0.0.1:5672//")
+PG_ADMIN = os.environ.get("AGENTFLEET_BENCH_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
+REDIS = os.environ.get("AGENTFLEET_REDIS_URL", "redis://127.0.0.1:6379/0")
+ONE_EACH = {C.PLANNER: 1, C.EXECUTOR: 1, C.OBSERVER: 1}
+
+
+@dataclass
+class Sizes:
+    overhead_iterations: int = 200
+    floor_chains: int = 200
+    peer_iterations: int = 200
+    throughput_workers: tuple[int, ...] = (1, 2, 4)
+    throughput_runs: int = 60
+    throughput_iterations: int = 10
+    floor_burst: int = 1000
+    growth_iterations: int = 200
+    growth_turn_chars: int = 4000  # about 1,000 tokens
+    recovery_kills: int = 20
+    parked_runs: int = 10_000
+    profile_iterations: int = 300
+
+    @classmethod
+    def quick(cls) -> Sizes:
+        return cls(overhead_iterations=40, floor_chains=40, peer_iterations=40, throughput_workers=(1, 2),
+                   throughput_runs=16, throughput_iterations=5, floor_burst=200, growth_iterations=40,
+                   recovery_kills=3, parked_runs=300, profile_iterations=60)
+
+    @classmethod
+    def tiny(cls) -> Sizes:
+        return cls(overhead_iterations=3, floor_chains=3, peer_iterations=3, throughput_workers=(1,),
+                   throughput_runs=2, throughput_iterations=2, floor_burst=10, growth_iterations=4,
+                   growth_turn_chars=100, recovery_kills=1, parked_runs=5, profile_iterations=10)
+
+
+@dataclass
+class Report:
+    rows: list[tuple[str, str, str]] = field(default_factory=list)
+    figures: dict[str, Any] = field(default_factory=dict)
+
+    def add(self, suite: str, metric: str, value: Any, shown: str | None = None) -> None:
+        self.figures.setdefault(suite, {})[metric] = value
+        self.rows.append((suite, metric, shown if shown is not None else str(value)))
+
+    def add_ms(self, suite: str, name: str, samples: list[float]) -> float:
+        """Median and p99 of ``samples`` as two figures; returns the median."""
+        med = percentile(samples, 0.5)
+        self.add(suite, f"{name}_median_ms", round(med, 2))
+        self.add(suite, f"{name}_p99_ms", round(percentile(samples, 0.99), 2))
+        return med
+
+    def add_ratio(self, suite: str, name: str, ours: float, theirs: float) -> None:
+        self.add(suite, name, round(ours / theirs, 2), f"{ours / theirs:.1f}×")
+
+
+def percentile(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+@dataclass
+class Fleet:
+    env: dict[str, str]
+    store: Store
+    workers: WorkerProcesses
+
+    @property
+    def settings(self) -> agentfleet.Settings:
+        return agentfleet.Settings(broker_url=self.env["AGENTFLEET_BROKER_URL"],
+                                   database_url=self.env["AGENTFLEET_DATABASE_URL"],
+                                   namespace=self.env["AGENTFLEET_NAMESPACE"], agents=self.env["AGENTFLEET_AGENTS"])
+
+    @property
+    def workspace(self) -> Path:
+        return Path(self.env["AGENTFLEET_WORKSPACE"])
+
+    def submit(self, agent: str, inputs: list[dict[str, Any]]) -> list[str]:
+        """Publish one goal per input over one connection; the run ids, in order."""
+        bodies = [{"agent": agent, "input": i, "goal_id": uuid.uuid4().hex} for i in inputs]
+        with FleetClient(self.settings) as client:
+            for body in bodies:
+                client.publish_goal(body)
+            return [client.run_id(b) for b in bodies]
+
+    def run(self, agent: str, goal_input: dict[str, Any], timeout: float = 600) -> str:
+        (run_id,) = self.submit(agent, [goal_input])
+        self.wait(run_id, timeout)
+        return run_id
+
+    def wait(self, run_id: str, timeout: float = 600) -> None:
+        if wait_for_end(self.store, run_id, timeout_s=timeout) is None:
+            raise TimeoutError(f"run {run_id} did not finish; logs in {self.workers.logdir}")
+
+    def count(self, sql: str, **params: Any) -> int:
+        with self.store.engine.connect() as conn:
+            return int(conn.execute(text(sql), params).scalar_one())
+
+    def pids(self, role: str) -> list[int]:
+        return [p.pid for name, p in self.workers.procs if name.startswith(f"{role}.") and p.poll() is None]
+
+
+@contextmanager
+def fleet(roles: dict[str, int]) -> Iterator[Fleet]:
+    """Worker processes (role → count) in a private namespace over a scratch database."""
+    namespace = f"afbench-{uuid.uuid4().hex[:8]}"
+    with scratch_database(PG_ADMIN, prefix="agentfleet_bench") as url, \
+            tempfile.TemporaryDirectory() as tmp:
+        env = {"AGENTFLEET_PROFILE": "distributed", "AGENTFLEET_BROKER_URL": BROKER, "AGENTFLEET_DATABASE_URL": url,
+               "AGENTFLEET_NAMESPACE": namespace, "AGENTFLEET_AGENTS": "benchmarks.agents",
+               "AGENTFLEET_WORKSPACE": tmp, "AGENTFLEET_LOG_LEVEL": "WARNING", "PYTHONPATH": str(ROOT)}
+        workers = WorkerProcesses(env, Path(tmp) / "logs", cwd=ROOT)
+        engine = make_engine(url)
+        try:
+            for role, count in roles.items():
+                for _ in range(count):
+                    workers.start(role)
+            workers.wait_ready(timeout=120)
+            yield Fleet(env, Store(engine), workers)
+        finally:
+            workers.stop()
+            engine.dispose()
+            with Connection(BROKER) as conn:
+                Topology(namespace).delete(conn)
+
+
+def wait_until(check: Any, what: str, timeout: float, interval: float = 0.2) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"gave up after {timeout:g}s waiting for {what}")
+        time.sleep(interval)
+
+
+def rss_bytes(pid: int) -> int:
+    """Resident set size now, from /proc (Linux)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError(f"no VmRSS for pid {pid}")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU the process has used so far, from /proc (Linux)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def machine() -> dict[str, Any]:
+    import celery
+    import kombu
+    import sqlalchemy
+
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    engine = make_engine(PG_ADMIN)
+    with engine.connect() as conn:
+        postgres = conn.execute(text("SHOW server_version")).scalar_one()
+    engine.dispose()
+    with Connection(BROKER) as conn:
+        conn.connect()
+        rabbitmq = conn.connection.server_properties.get("version", b"?")
+    return {"cores": os.cpu_count(), "memory_gib": round(mem, 1), "python": platform.python_version(),
+            "agentfleet": agentfleet.__version__, "celery": celery.__version__, "kombu": kombu.__version__,
+            "sqlalchemy": sqlalchemy.__version__, "postgres": postgres,
+            "rabbitmq": rabbitmq.decode() if isinstance(rabbitmq, bytes) else str(rabbitmq),
+            "date": datetime.now(UTC).date().isoformat()}

@@ -1,0 +1,1 @@
+"""One module per suite; each exposes ``run(sizes, report)``."""

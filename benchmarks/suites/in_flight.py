@@ -1,0 +1,66 @@
+"""Many runs parked waiting on a slow tool: what the workers and the database hold for them.
+
+The executor's threads are all inside ``hold`` (a tool that waits for a file); every other run
+has its ``tool.requested`` waiting in RabbitMQ and its checkpoint in Postgres. A worker should
+hold nothing per waiting run: its memory after parking the runs is compared with before.
+"""
+
+from __future__ import annotations
+
+import time
+
+from kombu import Connection
+
+from agentfleet import constants as C
+from agentfleet.loop.states import RunState
+from agentfleet.workers.roles import ROLES
+from benchmarks.agents import RELEASE_FILE
+from benchmarks.common import BROKER, ONE_EACH, Fleet, Report, Sizes, fleet, rss_bytes, wait_until
+
+SUITE = "in_flight"
+MIB = 2**20
+
+
+def worker_rss(f: Fleet) -> dict[str, int]:
+    return {role: sum(rss_bytes(pid) for pid in f.pids(role)) for role in ONE_EACH}
+
+
+def database_bytes(f: Fleet) -> int:
+    return f.count("SELECT pg_database_size(current_database())")
+
+
+def queue_depth(f: Fleet, role: str) -> int:
+    with Connection(BROKER) as conn:
+        _, messages, _ = conn.default_channel.queue_declare(queue=ROLES[role].queue(f.settings.namespace),
+                                                            passive=True)
+        return int(messages)
+
+
+def run(sizes: Sizes, report: Report) -> None:
+    parked = sizes.parked_runs
+    with fleet(ONE_EACH) as f:
+        for _ in range(3):  # warm-up: every code path a parked run takes, before the baseline
+            f.run("bench_loop", {"iterations": 3})
+        rss_before, db_before = worker_rss(f), database_bytes(f)
+        t0 = time.monotonic()
+        f.submit("bench_loop", [{"iterations": 2, "hold": True}] * parked)
+        waiting = f"SELECT count(*) FROM runs WHERE state = '{RunState.EXECUTING.value}'"
+        wait_until(lambda: f.count(waiting) == parked, f"{parked} runs to park", timeout=120 + parked * 0.1, interval=1)
+        park_s = time.monotonic() - t0
+        time.sleep(2)  # let the last handlers return before reading memory
+        rss_after, db_after = worker_rss(f), database_bytes(f)
+        in_queue = queue_depth(f, C.EXECUTOR)
+        (f.workspace / RELEASE_FILE).touch()  # lets the held tool calls return, so the workers stop warm
+
+    report.add(SUITE, "parked_runs", parked)
+    report.add(SUITE, "seconds_to_park", round(park_s, 1), f"{park_s:.1f} s ({parked / park_s:.0f} runs/s)")
+    report.add(SUITE, "tool_requests_waiting_in_rabbitmq", in_queue)
+    for role in ONE_EACH:
+        grew = rss_after[role] - rss_before[role]
+        mib = [round(rss_before[role] / MIB, 1), round(rss_after[role] / MIB, 1)]
+        report.add(SUITE, f"{role}_rss_mib_before_after", mib,
+                   f"{rss_before[role] / MIB:.1f} → {rss_after[role] / MIB:.1f} MiB "
+                   f"({grew / parked:+,.0f} B per parked run)")
+    grew_db = db_after - db_before
+    report.add(SUITE, "database_mib_before_after", [round(db_before / MIB, 1), round(db_after / MIB, 1)],
+               f"{db_before / MIB:.1f} → {db_after / MIB:.1f} MiB ({grew_db / parked:,.0f} B per parked run)")

@@ -1,0 +1,47 @@
+"""One agent iteration through real worker processes, beside bare Celery, DBOS and LangGraph in the same run."""
+
+from __future__ import annotations
+
+import itertools
+import statistics
+
+from agentfleet.store import Store
+from agentfleet.store.db import scratch_database
+from benchmarks.celery_floor import floor_workers
+from benchmarks.common import ONE_EACH, PG_ADMIN, Report, Sizes, fleet
+from benchmarks.peers import run_peer
+
+SUITE = "overhead"
+
+
+def iteration_times_ms(store: Store, run_id: str) -> list[float]:
+    """Plan-to-plan intervals: one full iteration (plan → tool → observe) each."""
+    starts = sorted(s["started_at"] for s in store.steps(run_id) if s["kind"] == "plan")
+    return [(b - a).total_seconds() * 1000 for a, b in itertools.pairwise(starts)]
+
+
+def run(sizes: Sizes, report: Report) -> None:
+    with fleet(ONE_EACH) as f:
+        f.run("bench_loop", {"iterations": 5})  # warm-up: connections, imports, caches
+        run_id = f.run("bench_loop", {"iterations": sizes.overhead_iterations + 1})
+        ours = iteration_times_ms(f.store, run_id)
+    with floor_workers() as floor:
+        bare = floor.chain_ms(sizes.floor_chains)
+    with scratch_database(PG_ADMIN, prefix="agentfleet_bench") as url:
+        dbos = run_peer("dbos_steps.py", url, sizes.peer_iterations)
+        langgraph = run_peer("langgraph_loop.py", url, sizes.peer_iterations)
+
+    ours_med = report.add_ms(SUITE, "agentfleet_iteration", ours)
+    tenth = max(1, len(ours) // 10)
+    report.add(SUITE, "agentfleet_first_last_10pct_median_ms",
+               [round(statistics.median(ours[:tenth]), 2), round(statistics.median(ours[-tenth:]), 2)])
+    peers = {
+        "bare_celery_3_hops": bare,
+        f"dbos_{dbos['version']}_3_step_workflow": dbos["samples_ms"],
+        f"langgraph_{langgraph['version']}_3_node_loop_sync": langgraph["samples_ms_sync"],
+        f"langgraph_{langgraph['version']}_3_node_loop_async": langgraph["samples_ms_async"],
+    }
+    for name, samples in peers.items():
+        theirs = report.add_ms(SUITE, name, samples)
+        report.add_ratio(SUITE, f"agentfleet_over_{name}", ours_med, theirs)
+    report.add(SUITE, "samples", {"agentfleet": len(ours), **{k: len(v) for k, v in peers.items()}})

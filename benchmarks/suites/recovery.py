@@ -1,0 +1,46 @@
+"""SIGKILL the executor mid-step; time until the step runs again on the other executor."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from agentfleet import constants as C
+from agentfleet.store import Store
+from benchmarks.common import Report, Sizes, fleet, percentile
+
+SUITE = "recovery"
+
+
+def run(sizes: Sizes, report: Report) -> None:
+    gaps: list[float] = []
+    with fleet({C.PLANNER: 1, C.EXECUTOR: 2, C.OBSERVER: 1}) as f:
+        for _ in range(sizes.recovery_kills):
+            (run_id,) = f.submit("bench_loop", [{"iterations": 2, "nap_s": 1.5}])
+            step = _wait_step(f.store, run_id, lambda s: s["status"] == "started")
+            pid = f.workers.pid_of(step["worker"])
+            if pid is None:
+                raise RuntimeError(f"no live worker named {step['worker']!r}")
+            os.kill(pid, signal.SIGKILL)
+            killed_at = datetime.now(UTC)
+            again = _wait_step(f.store, run_id, lambda s: s["attempts"] >= 2)
+            gaps.append((again["started_at"] - killed_at).total_seconds() * 1000)
+            f.workers.start(C.EXECUTOR)  # keep two executors
+            f.workers.wait_ready()
+    report.add(SUITE, "kills", len(gaps))
+    report.add(SUITE, "kill_to_rerun_median_ms", round(percentile(gaps, 0.5), 1))
+    report.add(SUITE, "kill_to_rerun_p99_ms", round(percentile(gaps, 0.99), 1))
+
+
+def _wait_step(store: Store, run_id: str, ok: Callable[[dict[str, Any]], bool], timeout: float = 60) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for s in store.steps(run_id):
+            if s["kind"] == "tool" and ok(s):
+                return s
+        time.sleep(0.005)
+    raise TimeoutError(f"no tool step of {run_id} matched")

@@ -1,0 +1,50 @@
+"""Iterations per second with 1, 2, 4 worker processes per role and many runs in flight, beside bare Celery."""
+
+from __future__ import annotations
+
+import time
+
+from sqlalchemy import text
+
+from agentfleet.loop.states import TERMINAL, RunState
+from agentfleet.workers.roles import ROLES
+from benchmarks.celery_floor import floor_workers
+from benchmarks.common import Fleet, Report, Sizes, fleet, wait_until
+
+SUITE = "throughput"
+TERMINAL_SQL = ", ".join(f"'{s.value}'" for s in TERMINAL)
+
+
+def iterations_per_s(f: Fleet, runs: int, iterations: int) -> float:
+    """Publish ``runs`` goals at once; iterations completed per second, first publish to last run's end."""
+    t0 = time.time()
+    run_ids = f.submit("bench_loop", [{"iterations": iterations + 1}] * runs)
+    ended = f"SELECT count(*) FROM runs WHERE run_id = ANY(:ids) AND state IN ({TERMINAL_SQL})"
+    wait_until(lambda: f.count(ended, ids=run_ids) == runs, f"{runs} runs to end", timeout=120 + runs * iterations)
+    failed = f.count(f"SELECT count(*) FROM runs WHERE run_id = ANY(:ids) AND state != '{RunState.SUCCEEDED.value}'",
+                     ids=run_ids)
+    if failed:
+        raise RuntimeError(f"{failed} of {runs} throughput runs did not succeed; logs in {f.workers.logdir}")
+    with f.store.engine.connect() as conn:
+        last = conn.execute(text("SELECT max(updated_at) FROM runs WHERE run_id = ANY(:ids)"), {"ids": run_ids})
+        elapsed = last.scalar_one().timestamp() - t0
+    return runs * iterations / elapsed
+
+
+def run(sizes: Sizes, report: Report) -> None:
+    ours_at_1 = bare_at_1 = 0.0
+    for n in sizes.throughput_workers:
+        with fleet(dict.fromkeys(ROLES, n)) as f:
+            f.run("bench_loop", {"iterations": 3})  # warm-up
+            ours = iterations_per_s(f, sizes.throughput_runs, sizes.throughput_iterations)
+        # Bare Celery with the same process count per queue and the planner's thread count each.
+        with floor_workers(per_queue=n, concurrency=ROLES["planner"].default_concurrency) as floor:
+            bare = floor.burst_per_s(sizes.floor_burst)
+        ours_at_1, bare_at_1 = ours_at_1 or ours, bare_at_1 or bare
+        report.add(SUITE, f"agentfleet_iterations_per_s_{n}_per_role", round(ours, 1),
+                   f"{ours:.1f} ({ours / ours_at_1:.2f}× of 1 per role)")
+        report.add(SUITE, f"bare_celery_3_hop_chains_per_s_{n}_per_queue", round(bare, 1),
+                   f"{bare:.1f} = {3 * bare:.0f} no-op tasks/s ({bare / bare_at_1:.2f}× of 1 per queue)")
+        report.add_ratio(SUITE, f"bare_celery_over_agentfleet_{n}", bare, ours)
+    report.add(SUITE, "in_flight", {"runs": sizes.throughput_runs, "iterations_each": sizes.throughput_iterations,
+                                    "bare_chains": sizes.floor_burst})
