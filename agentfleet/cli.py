@@ -260,8 +260,9 @@ def bench(
     table = Table("suite", "metric", "value", title=f"agentfleet bench ({'quick' if quick else 'full'})")
     for row in report.rows:
         table.add_row(*row)
-    out.print(table)
-    out.print(json.dumps(report.figures["machine"]))
+    console = out if out.is_terminal else Console(width=200)  # a log file gets whole rows
+    console.print(table)
+    console.print(json.dumps(report.figures["machine"]))
     target = Path(output)
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(json.dumps({"sizes": sizes.__dict__, **report.figures}, indent=2, default=str))
