@@ -93,11 +93,15 @@ def run(sizes: Sizes, report: Report) -> None:
                     raise RuntimeError(f"py-spy failed ({p.returncode}): {stderr.decode(errors='replace')[-2000:]}")
         raws = {role: path.read_text() if path.exists() else "" for role, path in outputs.items()}
 
+    fleet_ms: Counter[str] = Counter()  # CPU ms per iteration by call site, the three roles together
     for role, raw in raws.items():
         total, by_package, by_site, by_leaf = summarise(raw)
         if not total:
             raise RuntimeError(f"py-spy took no samples of the {role}")
-        report.add(SUITE, f"{role}_cpu_ms_per_iteration", round(cpu[role] * 1000 / sizes.profile_iterations, 2))
+        ms = cpu[role] * 1000 / sizes.profile_iterations
+        for site, n in by_site.items():
+            fleet_ms[site] += ms * n / total
+        report.add(SUITE, f"{role}_cpu_ms_per_iteration", round(ms, 2))
         report.add(SUITE, f"{role}_cpu_by_package", {k: round(v / total, 3) for k, v in by_package.most_common(TOP)},
                    ", ".join(f"{k} {v / total:.0%}" for k, v in by_package.most_common(TOP)))
         report.add(SUITE, f"{role}_cpu_by_agentfleet_call_site",
@@ -105,3 +109,6 @@ def run(sizes: Sizes, report: Report) -> None:
                    ", ".join(f"{k} {v / total:.0%}" for k, v in by_site.most_common(TOP)))
         report.add(SUITE, f"{role}_cpu_by_function", {k: round(v / total, 3) for k, v in by_leaf.most_common(TOP)},
                    ", ".join(f"{k} {v / total:.0%}" for k, v in by_leaf.most_common(TOP)))
+    report.add(SUITE, "all_roles_cpu_ms_per_iteration_by_call_site",
+               {k: round(v, 2) for k, v in fleet_ms.most_common(TOP)},
+               ", ".join(f"{k} {v:.2f} ms" for k, v in fleet_ms.most_common(TOP)))
