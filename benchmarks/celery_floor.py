@@ -105,3 +105,6 @@ def floor_workers(per_queue: int = 1, concurrency: int = 1) -> Iterator[Floor]:
                 p.terminate()
             for p in procs:
                 p.wait(timeout=15)
+            with app.connection_for_write() as conn:  # leave the broker as it was found
+                for queue in QUEUES:
+                    conn.default_channel.queue_delete(queue)
