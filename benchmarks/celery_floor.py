@@ -20,6 +20,7 @@ from pathlib import Path
 
 import redis
 from celery import Celery
+from kombu import Queue
 
 BROKER = os.environ.get("AGENTFLEET_BROKER_URL", "amqp://guest:guest@127.0.0.1:5672//")
 REDIS = os.environ.get("AGENTFLEET_REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -29,7 +30,8 @@ QUEUES = ("floor.q1", "floor.q2", "floor.q3")
 app = Celery("floor", broker=BROKER)
 app.conf.update(task_acks_late=True, worker_prefetch_multiplier=1, task_ignore_result=True,
                 broker_transport_options={"confirm_publish": True}, worker_hijack_root_logger=False)
-_redis = redis.Redis.from_url(REDIS)
+# redis-py 8 defaults to a 5 s socket timeout, shorter than the BLPOPs below wait.
+_redis = redis.Redis.from_url(REDIS, socket_timeout=300)
 
 
 @app.task(name="floor.hop1")
@@ -94,6 +96,11 @@ def floor_workers(per_queue: int = 1, concurrency: int = 1) -> Iterator[Floor]:
                      "-P", "threads", "-c", str(concurrency), "-l", "WARNING", "--without-mingle", "--without-gossip"],
                     env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT))
         floor = Floor(f"afbench:floor:{uuid.uuid4().hex}")
+        with app.connection_for_write() as conn:
+            # Declared here, not left to the first publish: kombu remembers what a process has
+            # declared, so after an earlier floor deleted the queues a publish would not redeclare.
+            for queue in QUEUES:
+                Queue(queue, durable=True).bind(conn.default_channel).declare()
         try:
             floor.chain_ms(1, timeout=120)  # waits for the workers to come up
             for _ in range(per_queue * 2):

@@ -6,6 +6,7 @@ import time
 
 from sqlalchemy import text
 
+from agentfleet import constants as C
 from agentfleet.loop.states import TERMINAL, RunState
 from agentfleet.workers.roles import ROLES
 from benchmarks.celery_floor import floor_workers
@@ -38,7 +39,7 @@ def run(sizes: Sizes, report: Report) -> None:
             f.run("bench_loop", {"iterations": 3})  # warm-up
             ours = iterations_per_s(f, sizes.throughput_runs, sizes.throughput_iterations)
         # Bare Celery with the same process count per queue and the planner's thread count each.
-        with floor_workers(per_queue=n, concurrency=ROLES["planner"].default_concurrency) as floor:
+        with floor_workers(per_queue=n, concurrency=ROLES[C.PLANNER].default_concurrency) as floor:
             bare = floor.burst_per_s(sizes.floor_burst)
         ours_at_1, bare_at_1 = ours_at_1 or ours, bare_at_1 or bare
         report.add(SUITE, f"agentfleet_iterations_per_s_{n}_per_role", round(ours, 1),
