@@ -129,8 +129,9 @@ class Fleet:
 
 
 @contextmanager
-def fleet(roles: dict[str, int]) -> Iterator[Fleet]:
-    """Worker processes (role → count) in a private namespace over a scratch database."""
+def fleet(roles: dict[str, int], *worker_args: str) -> Iterator[Fleet]:
+    """Worker processes (role → count, each started with ``worker_args``) in a private namespace over a
+    scratch database."""
     namespace = f"afbench-{uuid.uuid4().hex[:8]}"
     with scratch_database(PG_ADMIN, prefix="agentfleet_bench") as url, \
             tempfile.TemporaryDirectory() as tmp:
@@ -142,7 +143,7 @@ def fleet(roles: dict[str, int]) -> Iterator[Fleet]:
         try:
             for role, count in roles.items():
                 for _ in range(count):
-                    workers.start(role)
+                    workers.start(role, *worker_args)
             workers.wait_ready(timeout=120)
             yield Fleet(env, Store(engine), workers)
         finally:

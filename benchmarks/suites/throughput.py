@@ -1,4 +1,8 @@
-"""Iterations per second with 1, 2, 4 worker processes per role and many runs in flight, beside bare Celery."""
+"""Iterations per second with 1, 2, 4 worker processes per role and many runs in flight, beside bare Celery.
+
+Then the same at one process per role with Celery's prefork pool instead of threads (DESIGN §1:
+the pool is a measured choice).
+"""
 
 from __future__ import annotations
 
@@ -47,5 +51,10 @@ def run(sizes: Sizes, report: Report) -> None:
         report.add(SUITE, f"bare_celery_3_hop_chains_per_s_{n}_per_queue", round(bare, 1),
                    f"{bare:.1f} = {3 * bare:.0f} no-op tasks/s ({bare / bare_at_1:.2f}× of 1 per queue)")
         report.add_ratio(SUITE, f"bare_celery_over_agentfleet_{n}", bare, ours)
+    with fleet(dict.fromkeys(ROLES, 1), "--pool", "prefork") as f:
+        f.run("bench_loop", {"iterations": 3})
+        prefork = iterations_per_s(f, sizes.throughput_runs, sizes.throughput_iterations)
+    report.add(SUITE, "agentfleet_iterations_per_s_1_per_role_prefork", round(prefork, 1),
+               f"{prefork:.1f} ({prefork / ours_at_1:.2f}× of the thread pool)")
     report.add(SUITE, "in_flight", {"runs": sizes.throughput_runs, "iterations_each": sizes.throughput_iterations,
                                     "bare_chains": sizes.floor_burst})
