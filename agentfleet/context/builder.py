@@ -12,13 +12,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from agentfleet.constants import FINAL_ANSWER_TOOL
-from agentfleet.loop.transcript import Message
+from agentfleet.loop.transcript import MESSAGES, Message
 
 CHARS_PER_TOKEN = 4  # rough, provider-neutral estimate; adapters report exact usage
 
 
 def estimate_tokens(messages: Sequence[Message]) -> int:
-    return sum(len(m.model_dump_json(exclude_none=True)) for m in messages) // CHARS_PER_TOKEN + 1
+    return len(MESSAGES.dump_json(list(messages), exclude_none=True)) // CHARS_PER_TOKEN + 1
 
 
 def system_prompt(instructions: str) -> str:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 
 class ToolCall(BaseModel):
@@ -42,6 +42,11 @@ class Message(BaseModel):
     tool_calls: list[ToolCall] = Field(default_factory=list)
     tool_call_id: str | None = None
     name: str | None = None
+
+
+# A list of messages in one call to pydantic-core: the planner reads, sizes and sends the whole
+# transcript every iteration, and per-message Python calls made that grow with the run.
+MESSAGES: TypeAdapter[list[Message]] = TypeAdapter(list[Message])
 
 
 class ModelTurn(BaseModel):

@@ -17,19 +17,15 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from pydantic import TypeAdapter
 from sqlalchemy import Connection, Engine, Text, cast, select, text, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from agentfleet.loop.states import RunState, can_transition
-from agentfleet.loop.transcript import Message, Usage
+from agentfleet.loop.transcript import MESSAGES, Message, Usage
 from agentfleet.store import tables as T
 
 log = logging.getLogger(__name__)
-
-
-_MESSAGES = TypeAdapter(list[Message])
 
 
 def now() -> datetime:
@@ -271,7 +267,7 @@ class Store:
                 .where(T.messages.c.run_id == run_id)
                 .order_by(T.messages.c.iteration, T.messages.c.position)
             ).scalars().all()
-        return _MESSAGES.validate_json("[" + ",".join(bodies) + "]")
+        return MESSAGES.validate_json("[" + ",".join(bodies) + "]")
 
     # -- observer fan-in ------------------------------------------------------------
 
