@@ -16,7 +16,7 @@ import jsonschema
 
 from agentfleet.constants import FINAL_ANSWER_TOOL
 from agentfleet.errors import ErrorCode
-from agentfleet.loop.transcript import ModelTurn, ToolCall
+from agentfleet.loop.transcript import Message, ModelTurn, ToolCall
 
 # The same set of calls this many iterations in a row is a loop, not progress.
 NO_PROGRESS_REPEATS = 3
@@ -27,7 +27,6 @@ class Dispatch:
     """Run these tool calls in parallel, then observe."""
 
     calls: tuple[ToolCall, ...]
-    signature: str
 
 
 @dataclass(frozen=True)
@@ -64,6 +63,12 @@ def calls_signature(calls: Iterable[ToolCall]) -> str:
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 
 
+def plan_signatures(transcript: Iterable[Message]) -> list[str]:
+    """Signatures of the call sets the model made so far, oldest first: read off the transcript the
+    planner already holds, rather than stored a second time and fetched again."""
+    return [calls_signature(m.tool_calls) for m in transcript if m.role == "assistant" and m.tool_calls]
+
+
 def decide(turn: ModelTurn, result_schema: dict[str, Any], previous_signatures: Sequence[str] = ()) -> Decision:
     """Turn a model's answer into the loop's next move."""
     finals = [c for c in turn.tool_calls if c.name == FINAL_ANSWER_TOOL]
@@ -79,7 +84,7 @@ def decide(turn: ModelTurn, result_schema: dict[str, Any], previous_signatures: 
             ErrorCode.NO_PROGRESS,
             f"the model made the same tool calls {NO_PROGRESS_REPEATS} iterations in a row",
         )
-    return Dispatch(calls=calls, signature=signature)
+    return Dispatch(calls=calls)
 
 
 def fan_in_complete(expected_call_ids: Iterable[str], received_call_ids: Iterable[str]) -> bool:

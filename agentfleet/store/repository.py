@@ -235,17 +235,6 @@ class Store:
             rows = conn.execute(select(T.steps).where(T.steps.c.run_id == run_id).order_by(T.steps.c.id)).all()
         return [dict(r._mapping) for r in rows]
 
-    def plan_signatures(self, run_id: str, last: int) -> list[str]:
-        """Call-set fingerprints of the run's ``last`` plans, oldest first (for no-progress detection)."""
-        with self.engine.connect() as conn:
-            rows = conn.execute(
-                select(T.steps.c.output)
-                .where(T.steps.c.run_id == run_id, T.steps.c.kind == "plan", T.steps.c.status == "succeeded")
-                .order_by(T.steps.c.iteration.desc())
-                .limit(last)
-            ).all()
-        return [r.output["signature"] for r in reversed(rows) if r.output and r.output.get("signature")]
-
     # -- transcript ---------------------------------------------------------------
 
     def append_messages(self, conn: Connection, run_id: str, iteration: int, msgs: Sequence[Message],

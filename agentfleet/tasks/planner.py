@@ -25,7 +25,7 @@ from agentfleet.events.envelope import (
     ToolRequested,
 )
 from agentfleet.loop.budgets import Limits, check_gates
-from agentfleet.loop.decisions import NO_PROGRESS_REPEATS, Dispatch, Fail, Finish, decide, schema_errors
+from agentfleet.loop.decisions import Dispatch, Fail, Finish, decide, plan_signatures, schema_errors
 from agentfleet.loop.keys import idempotency_key
 from agentfleet.loop.states import RunState, is_terminal
 from agentfleet.loop.transcript import Message, ModelTurn
@@ -109,9 +109,10 @@ def _plan(step: Step, agent: Agent, run: RunRecord, *, iteration: int, new_messa
         if record.attempts > step.rt.settings.max_step_attempts:
             msg = f"planning iteration {iteration} crashed its worker {record.attempts - 1} times"
             return _end(step, run, new_messages, iteration, None, ResultStatus.FAILED, ErrorCode.POISON_MESSAGE, msg)
+        history = store.transcript(run.run_id)
         request = ModelRequest(
             run_id=run.run_id, agent=agent.name, iteration=iteration, goal=run.input, tools=agent.tool_specs(),
-            messages=build_messages(agent.instructions, run.input, store.transcript(run.run_id) + new_messages,
+            messages=build_messages(agent.instructions, run.input, history + new_messages,
                                     budget_tokens=limits.max_tokens),
         )
         started = time.perf_counter()
@@ -122,7 +123,7 @@ def _plan(step: Step, agent: Agent, run: RunRecord, *, iteration: int, new_messa
             return _end(step, run, new_messages, iteration, None, ResultStatus.FAILED, ErrorCode.MODEL_ERROR,
                         f"{agent.model.name}: {exc}")
         planned = Planned(turn, round((time.perf_counter() - started) * 1000, 3))
-        decision = decide(turn, agent.result_schema, store.plan_signatures(run.run_id, last=NO_PROGRESS_REPEATS - 1))
+        decision = decide(turn, agent.result_schema, plan_signatures(history))
         if isinstance(decision, Finish):
             return _end(step, run, new_messages, iteration, planned, ResultStatus.SUCCEEDED, output=decision.output)
         if isinstance(decision, Fail):
@@ -156,7 +157,7 @@ def _usage_fields(run: RunRecord, turn: ModelTurn | None) -> dict[str, object]:
 
 
 def _checkpoint(step: Step, conn: Connection, run: RunRecord, iteration: int, new_messages: list[Message],
-                planned: Planned | None, signature: str | None) -> None:
+                planned: Planned | None) -> None:
     """Store the observations that led here, the model's turn and the plan step's outcome."""
     store = step.rt.store
     if new_messages:
@@ -164,13 +165,13 @@ def _checkpoint(step: Step, conn: Connection, run: RunRecord, iteration: int, ne
     if planned is not None:
         store.append_messages(conn, run.run_id, iteration, [planned.turn.as_message()])
         store.finish_step(conn, idempotency_key(run.run_id, iteration, "plan"), status="succeeded",
-                          output=_plan_summary(planned.turn, signature),
+                          output=_plan_summary(planned.turn),
                           duration_ms=planned.duration_ms)
 
 
-def _plan_summary(turn: ModelTurn, signature: str | None) -> dict[str, object]:
+def _plan_summary(turn: ModelTurn) -> dict[str, object]:
     """The plan step's outcome. The turn itself lives once, in the transcript (storage stays ~1× it)."""
-    return {"signature": signature, "calls": [c.name for c in turn.tool_calls], "model": turn.model,
+    return {"calls": [c.name for c in turn.tool_calls], "model": turn.model,
             "usage": turn.usage.model_dump()}
 
 
@@ -191,7 +192,7 @@ def _dispatch(step: Step, run: RunRecord, new_messages: list[Message], iteration
         current = store.get_run(run.run_id, conn, lock=True)
         if current is None or current.state != RunState.PLANNING or current.iteration != iteration:
             return step.commit(conn, [])
-        _checkpoint(step, conn, run, iteration, new_messages, planned, decision.signature)
+        _checkpoint(step, conn, run, iteration, new_messages, planned)
         if not store.transition(conn, current, RunState.EXECUTING, **_usage_fields(current, planned.turn)):
             return step.commit(conn, [])
         return step.commit(conn, events)
@@ -205,7 +206,7 @@ def _end(step: Step, run: RunRecord, new_messages: list[Message], iteration: int
         current = store.get_run(run.run_id, conn, lock=True)
         if current is None or is_terminal(current.state) or current.iteration != iteration:
             return step.commit(conn, [])
-        _checkpoint(step, conn, run, iteration, new_messages, planned, None)
+        _checkpoint(step, conn, run, iteration, new_messages, planned)
         if planned is None:  # the plan step (if it began) ends with the run
             store.finish_step(conn, idempotency_key(run.run_id, iteration, "plan"), status="failed",
                               output={"error_code": code, "message": message}, duration_ms=0.0)

@@ -13,6 +13,7 @@ from agentfleet.loop import (
     Fail,
     Finish,
     Limits,
+    Message,
     ModelTurn,
     RunState,
     ToolCall,
@@ -24,7 +25,7 @@ from agentfleet.loop import (
     idempotency_key,
     run_id_for,
 )
-from agentfleet.loop.decisions import NO_PROGRESS_REPEATS, calls_signature
+from agentfleet.loop.decisions import NO_PROGRESS_REPEATS, calls_signature, plan_signatures
 
 SCHEMA = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"], "additionalProperties": False}
 
@@ -120,6 +121,16 @@ class TestDecisions:
         sig = calls_signature(turn.tool_calls)
         assert isinstance(decide(turn, SCHEMA, [sig] * (NO_PROGRESS_REPEATS - 2)), Dispatch)
         decision = decide(turn, SCHEMA, [sig] * (NO_PROGRESS_REPEATS - 1))
+        assert isinstance(decision, Fail) and decision.code == ErrorCode.NO_PROGRESS
+
+    def test_plan_signatures_are_read_off_the_assistant_turns_of_the_transcript(self) -> None:
+        turns = [[call("a", "1", x=1)], [call("a", "2", x=1)], [call("b", x=2)]]
+        transcript = [m for calls in turns for m in (ModelTurn(tool_calls=calls).as_message(),
+                                                     Message(role="tool", tool_call_id="1", content="{}"))]
+        transcript.append(Message(role="assistant", content="thinking aloud, no calls"))
+        assert plan_signatures(transcript) == [calls_signature(calls) for calls in turns]
+        # Two identical call sets in the history and the same again now: no progress.
+        decision = decide(ModelTurn(tool_calls=[call("a", x=1)]), SCHEMA, plan_signatures(transcript[:4]))
         assert isinstance(decision, Fail) and decision.code == ErrorCode.NO_PROGRESS
 
     def test_call_signature_ignores_ids_and_order(self) -> None:
