@@ -214,14 +214,15 @@ class Store:
                      name=name, status="started", attempts=1, input=input, worker=worker, started_at=now()),
                 ["idempotency_key"],
             )
-            if not fresh:
-                conn.execute(
-                    update(T.steps)
-                    .where(T.steps.c.idempotency_key == key, T.steps.c.status == "started")
-                    .values(attempts=T.steps.c.attempts + 1, worker=worker, started_at=now())
-                )
+            if fresh:  # the row is what was just inserted: no need to read it back
+                return StepRecord(key, "started", 1, None, fresh=True)
+            conn.execute(
+                update(T.steps)
+                .where(T.steps.c.idempotency_key == key, T.steps.c.status == "started")
+                .values(attempts=T.steps.c.attempts + 1, worker=worker, started_at=now())
+            )
             row = conn.execute(select(T.steps).where(T.steps.c.idempotency_key == key)).one()
-        return StepRecord(key, row.status, row.attempts, row.output, fresh)
+        return StepRecord(key, row.status, row.attempts, row.output, fresh=False)
 
     def finish_step(self, conn: Connection, key: str, *, status: str, output: Any, duration_ms: float) -> None:
         conn.execute(
