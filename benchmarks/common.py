@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from kombu import Connection
 from sqlalchemy import text
@@ -31,6 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 BROKER = os.environ.get("AGENTFLEET_BROKER_URL", "amqp://guest:guest@127.0.0.1:5672//")
 PG_ADMIN = os.environ.get("AGENTFLEET_BENCH_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
 REDIS = os.environ.get("AGENTFLEET_REDIS_URL", "redis://127.0.0.1:6379/0")
+T = TypeVar("T")
 ONE_EACH = {C.PLANNER: 1, C.EXECUTOR: 1, C.OBSERVER: 1}
 
 
@@ -153,12 +154,14 @@ def fleet(roles: dict[str, int], *worker_args: str) -> Iterator[Fleet]:
                 Topology(namespace).delete(conn)
 
 
-def wait_until(check: Callable[[], bool], what: str, timeout: float, interval: float = 0.2) -> None:
+def wait_until(check: Callable[[], T], what: str, timeout: float, interval: float = 0.2) -> T:
+    """Poll ``check`` until it returns something truthy, and return that."""
     deadline = time.monotonic() + timeout
-    while not check():
+    while not (got := check()):
         if time.monotonic() > deadline:
             raise TimeoutError(f"gave up after {timeout:g}s waiting for {what}")
         time.sleep(interval)
+    return got
 
 
 def rss_bytes(pid: int) -> int:

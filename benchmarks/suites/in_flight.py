@@ -44,15 +44,16 @@ def run(sizes: Sizes, report: Report) -> None:
         for _ in range(3):  # warm-up: every code path a parked run takes, before the baseline
             f.run("bench_loop", {"iterations": 3})
         rss, db = [worker_rss(f)], [database_bytes(f)]
-        t0 = time.monotonic()
+        park_s = 0.0
         for n, target in zip(halves, (halves[0], parked), strict=True):
+            t0 = time.monotonic()
             f.submit("bench_loop", [{"iterations": 2, "hold": True}] * n)
             wait_until(lambda t=target: f.count(waiting) == t, f"{target} runs to park",
                        timeout=120 + n * 0.1, interval=1)
+            park_s += time.monotonic() - t0
             time.sleep(2)  # let the last handlers return before reading memory
             rss.append(worker_rss(f))
             db.append(database_bytes(f))
-        park_s = time.monotonic() - t0 - 4
         in_queue = queue_depth(f, C.EXECUTOR)
         (f.workspace / RELEASE_FILE).touch()  # lets the held tool calls return, so the workers stop warm
 

@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import os
 import signal
-import statistics
-import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
 from agentfleet import constants as C
 from agentfleet.store import Store
-from benchmarks.common import Report, Sizes, fleet, percentile
+from benchmarks.common import Report, Sizes, fleet, wait_until
 
 SUITE = "recovery"
 
@@ -33,15 +31,9 @@ def run(sizes: Sizes, report: Report) -> None:
             f.workers.start(C.EXECUTOR)  # keep two executors
             f.workers.wait_ready()
     report.add(SUITE, "kills", len(gaps))
-    report.add(SUITE, "kill_to_rerun_median_ms", round(statistics.median(gaps), 1))
-    report.add(SUITE, "kill_to_rerun_p99_ms", round(percentile(gaps, 0.99), 1))
+    report.add_ms(SUITE, "kill_to_rerun", gaps)
 
 
-def _wait_step(store: Store, run_id: str, ok: Callable[[dict[str, Any]], bool], timeout: float = 60) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for s in store.steps(run_id):
-            if s["kind"] == "tool" and ok(s):
-                return s
-        time.sleep(0.005)
-    raise TimeoutError(f"no tool step of {run_id} matched")
+def _wait_step(store: Store, run_id: str, ok: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
+    return wait_until(lambda: next((s for s in store.steps(run_id) if s["kind"] == "tool" and ok(s)), None),
+                      f"a tool step of {run_id}", timeout=60, interval=0.005)
