@@ -32,6 +32,11 @@ def now() -> datetime:
     return datetime.now(UTC)
 
 
+def lock_id(key: str) -> int:
+    """The Postgres advisory lock that holds the step with idempotency key ``key``."""
+    return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "big", signed=True)
+
+
 @dataclass(frozen=True)
 class RunRecord:
     run_id: str
@@ -123,17 +128,16 @@ class Store:
                     with self._local_guard:
                         self._local_locks.discard(key)
             return
-        lock_id = int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "big", signed=True)
         conn = self.engine.connect()
         got = False
         try:
-            got = bool(conn.execute(text("SELECT pg_try_advisory_lock(:k)"), {"k": lock_id}).scalar())
+            got = bool(conn.execute(text("SELECT pg_try_advisory_lock(:k)"), {"k": lock_id(key)}).scalar())
             conn.commit()
             yield got
         finally:
             try:
                 if got:
-                    conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": lock_id})
+                    conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": lock_id(key)})
                     conn.commit()
             except Exception:
                 conn.invalidate()  # never hand a connection holding a lock back to the pool

@@ -15,22 +15,20 @@ from typing import Any
 
 from celery import Task
 from sqlalchemy import Connection
-from sqlalchemy.exc import OperationalError
 
-from agentfleet.errors import BrokerError, ErrorCode, MalformedEvent
+from agentfleet.errors import RECOVERY_SUGGESTIONS, AgentfleetError, ErrorCode, MalformedEvent
 from agentfleet.events.contracts import Result, ResultStatus
-from agentfleet.events.envelope import Envelope, EventType, RunEnded, decode
+from agentfleet.events.envelope import Envelope, EventType, GoalSubmitted, RunEnded, decode
 from agentfleet.logs import log_context
 from agentfleet.loop.keys import derived_event_id
-from agentfleet.loop.states import RunState
+from agentfleet.loop.states import RunState, is_terminal
 from agentfleet.store.repository import RunRecord
+from agentfleet.tasks.retry import InFlight, is_transient, max_retries, retry_delay
 from agentfleet.tasks.runtime import Runtime, runtime_for
 
 log = logging.getLogger(__name__)
 
-
-class InFlight(Exception):
-    """Another worker holds this step right now; leave it to that worker (its message stays unacked)."""
+__all__ = ["EventTask", "InFlight", "Step", "end_run", "result_of", "run_event"]
 
 
 @dataclass
@@ -70,15 +68,12 @@ Handler = Callable[[Step], list[Envelope]]
 
 
 class EventTask(Task):
-    """Base of every event task: acks late, retries what is transient, dead-letters the rest."""
+    """Base of every event task: acks late, retries what is transient (tasks/retry.py), dead-letters the rest."""
 
     acks_late = True
     reject_on_worker_lost = True
     ignore_result = True
-    autoretry_for = (OperationalError, BrokerError)
-    retry_backoff = 0.5
-    retry_backoff_max = 10
-    max_retries = 8
+    max_retries = None  # unbounded for Celery: _retry_later bounds retries by time, per error
     role: str = ""
     handler: Handler | None = None
 
@@ -93,7 +88,7 @@ def run_event(task: EventTask, raw: Any) -> str:
     except MalformedEvent as exc:
         rt.publisher.dead_letter(
             json.dumps(raw, default=str).encode(), reason=str(exc), error_code=ErrorCode.MALFORMED_EVENT,
-            source=f"task:{task.name}",
+            source=f"task:{task.name}", original_exchange=rt.topology.events.name, original_routing_key=task.name,
         )
         return "dead-lettered"
     assert task.handler is not None
@@ -107,11 +102,67 @@ def run_event(task: EventTask, raw: Any) -> str:
                     bool((task.request.delivery_info or {}).get("redelivered")))
         try:
             events = task.handler(step)
-        except InFlight as exc:
-            log.info("step in flight elsewhere; leaving it to its holder", extra={"detail": str(exc)})
-            return "in-flight"
-        rt.publisher.publish(events)
+            rt.publisher.publish(events)
+        except Exception as exc:
+            if is_transient(exc):
+                return _retry_later(task, step, exc)
+            return _failed_for_good(step, exc)
         return f"published {len(events)}"
+
+
+def _retry_later(task: EventTask, step: Step, exc: Exception) -> str:
+    """Hand the step back to the broker with a countdown: acked only once the copy is confirmed.
+
+    A step held by a worker that has just died (its database session not yet closed) is
+    the case this exists for: acking it as "someone else has it" lost the run.
+    """
+    settings = step.rt.settings
+    attempt = task.request.retries or 0
+    limit = max_retries(settings.step_retry_max_delay_s, settings.step_retry_window_s)
+    if attempt >= limit:
+        if isinstance(exc, InFlight):
+            # Still held after the whole window: its holder is alive (a dead session's lock goes
+            # with its connection) and its own message is unacked. The sweeper watches the run.
+            log.warning("step still held after retrying; leaving it to its holder", extra={"detail": str(exc)})
+            return "in-flight"
+        return _failed_for_good(step, exc)
+    delay = retry_delay(attempt, settings.step_retry_max_delay_s)
+    log.info("step will be retried: %s", exc, extra={"retry_in_s": round(delay, 3), "retries": attempt,
+                                                    "transient": type(exc).__name__})
+    raise task.retry(exc=exc, countdown=delay)
+
+
+def _failed_for_good(step: Step, exc: Exception) -> str:
+    """A bug or a message no retry will fix: keep the message with its reason, and end the run with a Result.
+
+    Every goal the inbox admitted therefore ends with a Result, even when a later step refuses it.
+    """
+    code = exc.code if isinstance(exc, AgentfleetError) else ErrorCode.INTERNAL
+    reason = f"{step.env.type} failed in the {step.role}: {type(exc).__name__}: {exc}"
+    log.error("step failed for good", exc_info=exc, extra={"error_code": code})
+    rt = step.rt
+    rt.publisher.dead_letter_event(step.env, reason=reason, error_code=code)
+    events: list[Envelope] = []
+    try:
+        with rt.store.tx() as conn:
+            run = rt.store.get_run(step.env.run_id, conn, lock=True)
+            if run is not None and not is_terminal(run.state):
+                result = result_of(run, status=ResultStatus.FAILED, error_code=code, message=reason[:2000],
+                                   recovery_suggestion=RECOVERY_SUGGESTIONS.get(code))
+                events = end_run(step, conn, run, result)
+            elif run is None:
+                step.commit(conn, [])
+    except Exception:
+        log.exception("could not end the run after its step failed; the sweeper will find it")
+        return "dead-lettered"
+    if run is None and step.env.type == EventType.GOAL_SUBMITTED:
+        goal = step.env.body()
+        assert isinstance(goal, GoalSubmitted)
+        if goal.reply_to:  # no run exists to carry the Result: answer the sender directly
+            rt.publisher.reply(goal.reply_to, goal.correlation_id,
+                               Result.rejection(code, reason[:2000], agent=goal.agent, goal_id=goal.goal_id))
+    rt.publisher.publish(events)
+    return "dead-lettered"
 
 
 TERMINAL_STATE = {

@@ -14,7 +14,8 @@ from agentfleet.events.envelope import Envelope, EventType, ToolFinished, ToolRe
 from agentfleet.harness.runner import run_tool
 from agentfleet.harness.tool import ToolContext
 from agentfleet.loop.transcript import ToolResult
-from agentfleet.tasks.base import InFlight, Step
+from agentfleet.tasks.base import Step
+from agentfleet.tasks.retry import InFlight
 
 log = logging.getLogger(__name__)
 
@@ -56,10 +57,8 @@ def _attempt(step: Step, req: ToolRequested, attempt: int) -> ToolResult:
         return ToolResult.failure(ErrorCode.UNKNOWN_TOOL, f"no tool named {req.call.name!r}",
                                   f"Use one of: {', '.join(offered) or '(none)'}.")
     if attempt > settings.max_step_attempts:
-        step.rt.publisher.dead_letter(
-            step.env.model_dump_json().encode(), reason=f"{tool.name} crashed its worker {attempt - 1} times",
-            error_code=ErrorCode.POISON_MESSAGE, source=f"task:{step.env.type}",
-        )
+        step.rt.publisher.dead_letter_event(step.env, reason=f"{tool.name} crashed its worker {attempt - 1} times",
+                                            error_code=ErrorCode.POISON_MESSAGE)
         return ToolResult.failure(
             ErrorCode.POISON_MESSAGE,
             f"{tool.name} crashed its worker {attempt - 1} times; not trying again",

@@ -1,0 +1,43 @@
+"""When a step that failed for a passing reason is tried again: one policy, decided per error.
+
+Transient means the same step may succeed later without any change: the database or the
+broker was unreachable, or another worker holds the step right now. Everything else is a
+bug or a bad message, and is not retried (it is dead-lettered with its reason). Retries go
+through the broker with a countdown, so a waiting step holds no worker slot.
+"""
+
+from __future__ import annotations
+
+import random
+
+from kombu.exceptions import OperationalError as BrokerUnreachable
+from sqlalchemy.exc import DBAPIError, InterfaceError
+from sqlalchemy.exc import OperationalError as DatabaseUnreachable
+
+from agentfleet.constants import STEP_RETRY_FIRST_DELAY_S
+from agentfleet.errors import BrokerError
+
+
+class InFlight(Exception):
+    """Another worker holds this step right now: try again later, until it is free or its outcome exists."""
+
+
+def is_transient(exc: BaseException) -> bool:
+    if isinstance(exc, InFlight | DatabaseUnreachable | InterfaceError | BrokerUnreachable | BrokerError):
+        return True
+    return isinstance(exc, DBAPIError) and bool(exc.connection_invalidated)
+
+
+def retry_delay(attempt: int, max_delay_s: float) -> float:
+    """Exponential backoff with equal jitter: at least half of each step, so the total is bounded below."""
+    ceiling = min(max_delay_s, STEP_RETRY_FIRST_DELAY_S * 2**attempt)
+    return ceiling / 2 + random.uniform(0, ceiling / 2)
+
+
+def max_retries(max_delay_s: float, window_s: float) -> int:
+    """How many retries it takes for the shortest possible delays to add up to ``window_s``."""
+    total, attempt = 0.0, 0
+    while total < window_s:
+        total += min(max_delay_s, STEP_RETRY_FIRST_DELAY_S * 2**attempt) / 2
+        attempt += 1
+    return attempt
