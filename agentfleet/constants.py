@@ -17,6 +17,7 @@ INBOX: Final = "inbox"  # plain JSON goals in (topic, routing key goal.<agent>)
 EVENTS: Final = "events"  # internal Celery task messages (topic, routing key = event type)
 PUBLIC: Final = "public"  # plain JSON notifications out (topic)
 DEAD: Final = "dead"  # dead letters (fanout)
+UNROUTABLE: Final = "inbox.unroutable"  # the inbox's alternate exchange and its queue (fanout)
 
 # Queue suffixes (one per role, plus the inbox and dead-letter queues).
 PLANNER: Final = "planner"
@@ -30,6 +31,12 @@ GOAL_ROUTING_PREFIX: Final = "goal."
 HEADER_DEAD_REASON: Final = "x-agentfleet-reason"
 HEADER_DEAD_ERROR_CODE: Final = "x-agentfleet-error-code"
 HEADER_DEAD_SOURCE: Final = "x-agentfleet-source"
+HEADER_DEAD_EXCHANGE: Final = "x-agentfleet-original-exchange"
+HEADER_DEAD_ROUTING_KEY: Final = "x-agentfleet-original-routing-key"
+HEADER_DEAD_AT: Final = "x-agentfleet-dead-at"
+HEADER_PREFIX: Final = "x-agentfleet-"
+# Headers the broker sets when it dead-letters; a client's own copies are not carried into ours.
+BROKER_DEATH_HEADERS: Final = ("x-death", "x-first-death-", "x-last-death-")
 
 # Deterministic ids: run ids derive from (agent, goal_id), event ids from their cause.
 ID_NAMESPACE: Final = uuid.UUID("5b2f3c1e-8d4a-4e7b-9a61-0c3f2d9e7a10")
@@ -42,6 +49,21 @@ DEFAULT_DEADLINE_S: Final = 600.0
 
 # Steps: how many times one step may be attempted before its message is poison.
 MAX_STEP_ATTEMPTS: Final = 3
+
+# The inbox: limits on what one message may cost a worker (settings override them).
+INBOX_MAX_BYTES: Final = 1024 * 1024
+MAX_DECOMPRESSED_BYTES: Final = 4 * 1024 * 1024
+MAX_JSON_DEPTH: Final = 64
+
+# Transient step failures: broker-side retries with exponential backoff (full jitter).
+STEP_RETRY_FIRST_DELAY_S: Final = 0.25
+STEP_RETRY_MAX_DELAY_S: Final = 15.0
+STEP_RETRY_WINDOW_S: Final = 300.0
+
+# Stuck runs: how long a live run may show no activity before the sweeper re-drives it.
+STALL_AFTER_S: Final = 120.0
+SWEEP_INTERVAL_S: Final = 15.0
+SWEEP_BATCH: Final = 200
 
 # Tools.
 DEFAULT_TOOL_TIMEOUT_S: Final = 30.0

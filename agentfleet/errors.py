@@ -15,6 +15,9 @@ class ErrorCode(StrEnum):
 
     # Goals in.
     MALFORMED_MESSAGE = "MALFORMED_MESSAGE"  # body is not JSON, or not an object of the goal shape
+    MESSAGE_TOO_LARGE = "MESSAGE_TOO_LARGE"  # body (or what it decompresses to) is over the inbox's size limit
+    UNROUTABLE = "UNROUTABLE"  # the routing key matched no inbox binding
+    GOAL_CONFLICT = "GOAL_CONFLICT"  # the goal_id names a run that was started with a different input
     UNKNOWN_AGENT = "UNKNOWN_AGENT"  # the goal names no registered agent
     INPUT_INVALID = "INPUT_INVALID"  # the goal's input breaks the agent's goal schema
     # Runs out.
@@ -43,7 +46,13 @@ class ErrorCode(StrEnum):
 
 
 RECOVERY_SUGGESTIONS: dict[ErrorCode, str] = {
-    ErrorCode.MALFORMED_MESSAGE: "Publish a UTF-8 JSON object with 'agent' and 'input' (see DESIGN.md 3.1).",
+    ErrorCode.MALFORMED_MESSAGE: "Publish a UTF-8 JSON object with 'agent' and 'input'; `agentfleet schema` "
+                                 "prints the goal's JSON Schema.",
+    ErrorCode.MESSAGE_TOO_LARGE: "Send a smaller goal (AGENTFLEET_INBOX_MAX_BYTES and "
+                                 "AGENTFLEET_MAX_DECOMPRESSED_BYTES set the limits); pass large data by reference.",
+    ErrorCode.UNROUTABLE: "Publish goals with routing key goal.<agent> (one word after 'goal.', lower case as "
+                          "declared).",
+    ErrorCode.GOAL_CONFLICT: "A goal_id is an idempotency key: use a new goal_id for a different input.",
     ErrorCode.UNKNOWN_AGENT: "Check the routing key goal.<agent> and that the workers load that agent.",
     ErrorCode.INPUT_INVALID: "Fix the goal input so it matches the agent's goal schema.",
     ErrorCode.OUTPUT_INVALID: "The agent's instructions or model must produce output matching its result schema.",
@@ -54,7 +63,9 @@ RECOVERY_SUGGESTIONS: dict[ErrorCode, str] = {
     ErrorCode.NO_PROGRESS: "The model repeated itself; refine its instructions or tools.",
     ErrorCode.CANCELLED: "Submit the goal again with a new goal_id if it is still wanted.",
     ErrorCode.MODEL_ERROR: "Check the model adapter's configuration and the provider's status; resubmit.",
-    ErrorCode.POISON_MESSAGE: "Inspect the message with 'agentfleet dlq' and fix the worker before replaying.",
+    ErrorCode.POISON_MESSAGE: "Inspect it with `agentfleet dlq show ID`, fix the worker, then `agentfleet dlq "
+                              "replay ID`.",
+    ErrorCode.INTERNAL: "A bug or outage in the fleet; the message is kept: `agentfleet dlq list`.",
 }
 
 

@@ -36,6 +36,17 @@ class Settings(BaseSettings):
     max_step_attempts: int = constants.MAX_STEP_ATTEMPTS
     embedded_database_url: str = constants.EMBEDDED_DATABASE_URL
     embedded_polling_interval_s: float = constants.EMBEDDED_POLLING_INTERVAL_S
+    # The inbox takes anything from anyone: these bound what one message may cost a worker.
+    inbox_max_bytes: int = Field(default=constants.INBOX_MAX_BYTES, ge=1024)
+    max_decompressed_bytes: int = Field(default=constants.MAX_DECOMPRESSED_BYTES, ge=1024)
+    max_json_depth: int = Field(default=constants.MAX_JSON_DEPTH, ge=4, le=500)
+    # Transient failures of a step (database or broker down, step held by another worker) are
+    # retried through the broker with exponential backoff up to this delay, for this long in all.
+    step_retry_max_delay_s: float = Field(default=constants.STEP_RETRY_MAX_DELAY_S, gt=0)
+    step_retry_window_s: float = Field(default=constants.STEP_RETRY_WINDOW_S, gt=0)
+    # The sweeper: a live run with no activity for stall_after_s and nothing in flight is re-driven.
+    stall_after_s: float = Field(default=constants.STALL_AFTER_S, gt=0)
+    sweep_interval_s: float = Field(default=constants.SWEEP_INTERVAL_S, ge=0)  # 0: no sweeper in this worker
 
     @field_validator("workspace")
     @classmethod

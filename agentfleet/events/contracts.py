@@ -5,22 +5,27 @@ These are what other languages see; ``agentfleet schema`` exports them as JSON S
 
 from __future__ import annotations
 
-import json
 from enum import StrEnum
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from agentfleet.errors import RECOVERY_SUGGESTIONS, ErrorCode, GoalRejected
+from agentfleet.constants import MAX_JSON_DEPTH
+from agentfleet.errors import RECOVERY_SUGGESTIONS, AgentfleetError, ErrorCode, GoalRejected
+from agentfleet.events.wire import check_plain, loads_strict
+from agentfleet.loop.budgets import CostUsd, Seconds, Steps, Tokens
+
+# Identifiers end up in varchar columns, log lines and AMQP headers: printable text only.
+PRINTABLE = r"^[^\x00-\x1f\x7f]+$"
 
 
 class GoalLimits(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    max_steps: int | None = Field(default=None, ge=1)
-    max_tokens: int | None = Field(default=None, ge=1)
-    max_cost_usd: float | None = Field(default=None, ge=0)
-    deadline_s: float | None = Field(default=None, gt=0)
+    max_steps: Steps | None = None
+    max_tokens: Tokens | None = None
+    max_cost_usd: CostUsd | None = None
+    deadline_s: Seconds | None = None
 
     def requested(self) -> dict[str, Any]:
         return self.model_dump(exclude_none=True)
@@ -29,9 +34,9 @@ class GoalLimits(BaseModel):
 class Goal(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    agent: str = Field(min_length=1, max_length=128)
+    agent: str = Field(min_length=1, max_length=128, pattern=PRINTABLE)
     input: dict[str, Any]
-    goal_id: str | None = Field(default=None, min_length=1, max_length=200)
+    goal_id: str | None = Field(default=None, min_length=1, max_length=200, pattern=PRINTABLE)
     limits: GoalLimits = Field(default_factory=GoalLimits)
 
 
@@ -66,15 +71,17 @@ class Result(BaseModel):
                    message=message, recovery_suggestion=RECOVERY_SUGGESTIONS.get(code))
 
 
-def parse_goal(body: bytes | str | dict[str, Any], routing_key: str | None = None) -> Goal:
+def parse_goal(body: bytes | str | dict[str, Any], routing_key: str | None = None, *,
+               max_depth: int = MAX_JSON_DEPTH, encoding: str | None = None) -> Goal:
     """A goal from the wire, or GoalRejected saying exactly what is wrong with it."""
-    if isinstance(body, bytes | str):
-        try:
-            data = json.loads(body)
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise GoalRejected(f"body is not JSON: {exc}", code=ErrorCode.MALFORMED_MESSAGE) from None
-    else:
-        data = body
+    try:
+        if isinstance(body, bytes | str):
+            data = loads_strict(body, max_depth=max_depth, encoding=encoding)
+        else:
+            check_plain(body, max_depth=max_depth)
+            data = body
+    except AgentfleetError as exc:
+        raise GoalRejected(exc.message, code=exc.code) from None
     if not isinstance(data, dict):
         raise GoalRejected("body is not a JSON object", code=ErrorCode.MALFORMED_MESSAGE)
     if "agent" not in data and routing_key and routing_key.startswith("goal."):

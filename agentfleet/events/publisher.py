@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 import logging
+import uuid
 from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 from celery import Celery
@@ -55,9 +57,11 @@ class Publisher:
         correlation_id: str | None = None,
         reply_to: str | None = None,
         declare: list[Any] | None = None,
+        properties: Mapping[str, Any] | None = None,
     ) -> None:
         data = body if isinstance(body, bytes) else json.dumps(body, default=str).encode()
-        kwargs: dict[str, Any] = {}
+        kwargs: dict[str, Any] = {"content_type": "application/json", "content_encoding": "utf-8",
+                                  **(properties or {})}
         if correlation_id:
             kwargs["correlation_id"] = correlation_id
         if reply_to:
@@ -67,8 +71,6 @@ class Publisher:
                 data,
                 exchange=exchange,
                 routing_key=routing_key,
-                content_type="application/json",
-                content_encoding="utf-8",
                 delivery_mode=PERSISTENT,
                 headers=dict(headers or {}),
                 declare=declare or [],
@@ -94,14 +96,45 @@ class Publisher:
         source: str,
         headers: Mapping[str, Any] | None = None,
         correlation_id: str | None = None,
+        original_exchange: str = "",
+        original_routing_key: str = "",
+        properties: Mapping[str, Any] | None = None,
     ) -> None:
-        """Keep a message we cannot handle, with why, in the dead-letter queue."""
+        """Keep a message we cannot handle, with why and where it came from, in the dead-letter queue.
+
+        The original body, properties (content type, encoding, reply_to) and the client's own
+        headers are kept so ``agentfleet dlq replay`` can send it back as it was; headers the
+        broker sets when it dead-letters, and any ``x-agentfleet-*`` a client set itself, are not.
+        """
         extra = {
-            **{k: v for k, v in (headers or {}).items() if isinstance(v, str | int | float | bool)},
+            **client_headers(headers),
             C.HEADER_DEAD_REASON: reason[:1000],
-            C.HEADER_DEAD_ERROR_CODE: error_code,
-            C.HEADER_DEAD_SOURCE: source,
+            C.HEADER_DEAD_ERROR_CODE: str(error_code),
+            C.HEADER_DEAD_SOURCE: source[:255],
+            C.HEADER_DEAD_EXCHANGE: original_exchange,
+            C.HEADER_DEAD_ROUTING_KEY: original_routing_key[:255],
+            C.HEADER_DEAD_AT: datetime.now(UTC).isoformat(timespec="milliseconds"),
         }
-        log.warning("dead-lettered", extra={"reason": reason, "error_code": error_code, "source": source})
-        self.publish_json(self.topology.dead, source, body, headers=extra, correlation_id=correlation_id,
-                          declare=[self.topology.dead_queue])
+        props = {"message_id": uuid.uuid4().hex, **{k: v for k, v in (properties or {}).items() if v}}
+        log.warning("dead-lettered", extra={"reason": reason[:1000], "error_code": str(error_code),
+                                            "source": source[:255], "message_id": props["message_id"]})
+        self.publish_json(self.topology.dead, source[:255], body, headers=extra, correlation_id=correlation_id,
+                          declare=[self.topology.dead_queue], properties=props)
+
+
+    def dead_letter_event(self, env: Envelope, *, reason: str, error_code: str) -> None:
+        """Keep an internal event with the reason; ``dlq replay`` sends it back as the task it was."""
+        self.dead_letter(env.model_dump_json().encode(), reason=reason, error_code=error_code,
+                         source=f"task:{env.type}", original_exchange=self.topology.events.name,
+                         original_routing_key=str(env.type))
+
+
+def client_headers(headers: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A client's headers worth keeping on a dead letter: plain values, none the broker or we would set."""
+    kept: dict[str, Any] = {}
+    for key, value in (headers or {}).items():
+        if not isinstance(key, str) or key.startswith(C.HEADER_PREFIX) or key.startswith(C.BROKER_DEATH_HEADERS):
+            continue
+        if isinstance(value, str | int | float | bool) and not (isinstance(value, str) and len(value) > 1000):
+            kept[key] = value
+    return kept

@@ -7,9 +7,11 @@ not deleted.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from functools import cached_property
 
+from amqp.exceptions import PreconditionFailed
 from kombu import Connection, Exchange, Queue, binding
 
 from agentfleet import constants as C
@@ -25,6 +27,8 @@ CONSUMERS: dict[EventType, str] = {
     EventType.RUN_COMPLETED: C.OBSERVER,
     EventType.RUN_FAILED: C.OBSERVER,
 }
+log = logging.getLogger(__name__)
+
 
 def consumed_by(role: str) -> list[EventType]:
     return [t for t, r in CONSUMERS.items() if r == role]
@@ -39,7 +43,14 @@ class Topology:
 
     @cached_property
     def inbox(self) -> Exchange:
-        return Exchange(self.name(C.INBOX), type="topic", durable=True)
+        # A goal whose routing key matches no binding goes to the alternate exchange and is
+        # answered from there, instead of being discarded by the broker without a word.
+        return Exchange(self.name(C.INBOX), type="topic", durable=True,
+                        arguments={"alternate-exchange": self.unroutable.name})
+
+    @cached_property
+    def unroutable(self) -> Exchange:
+        return Exchange(self.name(C.UNROUTABLE), type="fanout", durable=True)
 
     @cached_property
     def events(self) -> Exchange:
@@ -80,6 +91,11 @@ class Topology:
         )
 
     @cached_property
+    def unroutable_queue(self) -> Queue:
+        return Queue(C.queue_name(self.namespace, C.UNROUTABLE), exchange=self.unroutable, routing_key="#",
+                     durable=True, queue_arguments=self._dead_lettered)
+
+    @cached_property
     def dead_queue(self) -> Queue:
         return Queue(C.queue_name(self.namespace, C.DEAD), exchange=self.dead, routing_key="#", durable=True)
 
@@ -87,13 +103,23 @@ class Topology:
         return self.role_queues[CONSUMERS[event_type]]
 
     def all_queues(self) -> list[Queue]:
-        return [*self.role_queues.values(), self.inbox_queue, self.dead_queue]
+        return [*self.role_queues.values(), self.inbox_queue, self.unroutable_queue, self.dead_queue]
+
+    def all_exchanges(self) -> list[Exchange]:
+        return [self.dead, self.unroutable, self.inbox, self.events, self.public]
 
     def declare(self, connection: Connection) -> None:
         """Declare everything (idempotent). Called by every process at start-up."""
         channel = connection.default_channel
-        for exchange in (self.inbox, self.events, self.public, self.dead):
-            exchange.bind(channel).declare()
+        for exchange in self.all_exchanges():
+            try:
+                exchange.bind(channel).declare()
+            except PreconditionFailed:
+                # Declared by a version before the inbox had an alternate exchange: say what to do.
+                log.critical("exchange %s exists with other arguments; delete it (management UI or "
+                             "rabbitmqadmin) and start again: it is declared anew with the current ones",
+                             exchange.name)
+                raise
         for queue in self.all_queues():
             queue.bind(channel).declare()
 
@@ -102,5 +128,5 @@ class Topology:
         channel = connection.default_channel
         for queue in self.all_queues():
             queue.bind(channel).delete()
-        for exchange in (self.inbox, self.events, self.public, self.dead):
+        for exchange in self.all_exchanges():
             exchange.bind(channel).delete()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -10,14 +11,21 @@ from agentfleet import constants
 from agentfleet.errors import ErrorCode
 from agentfleet.loop.transcript import Usage
 
+# The bounds of every limit, shared by an agent's Limits and a goal's requested limits, so the
+# inbox refuses exactly what the planner would (a zero budget is refused, not read as "no limit").
+Steps = Annotated[int, Field(ge=1, le=10_000)]
+Tokens = Annotated[int, Field(ge=1, le=10**12)]
+CostUsd = Annotated[float, Field(gt=0, le=1_000_000, allow_inf_nan=False)]
+Seconds = Annotated[float, Field(gt=0, le=30 * 24 * 3600, allow_inf_nan=False)]
+
 
 class Limits(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    max_steps: int = Field(default=constants.DEFAULT_MAX_STEPS, ge=1, le=10_000)
-    max_tokens: int = Field(default=constants.DEFAULT_MAX_TOKENS, ge=1)
-    max_cost_usd: float = Field(default=constants.DEFAULT_MAX_COST_USD, ge=0)
-    deadline_s: float = Field(default=constants.DEFAULT_DEADLINE_S, gt=0)
+    max_steps: Steps = constants.DEFAULT_MAX_STEPS
+    max_tokens: Tokens = constants.DEFAULT_MAX_TOKENS
+    max_cost_usd: CostUsd = constants.DEFAULT_MAX_COST_USD
+    deadline_s: Seconds = constants.DEFAULT_DEADLINE_S
 
     def tightened_by(self, requested: dict[str, object] | None) -> Limits:
         """A goal may ask for tighter limits than its agent's, never looser ones."""
@@ -48,7 +56,7 @@ def check_gates(limits: Limits, usage: Usage, iteration: int, elapsed_s: float) 
         return Termination(
             ErrorCode.TOKEN_BUDGET, f"used {usage.total_tokens} tokens of max_tokens={limits.max_tokens}"
         )
-    if usage.cost_usd >= limits.max_cost_usd and limits.max_cost_usd > 0:
+    if usage.cost_usd >= limits.max_cost_usd:
         return Termination(
             ErrorCode.COST_BUDGET, f"spent ${usage.cost_usd:.4f} of max_cost_usd={limits.max_cost_usd}"
         )

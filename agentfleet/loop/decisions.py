@@ -48,7 +48,7 @@ Decision = Dispatch | Finish | Fail
 
 def schema_errors(schema: dict[str, Any], instance: Any, limit: int = 10) -> list[str]:
     """Human-readable JSON Schema violations, empty when the instance is valid."""
-    validator = jsonschema.Draft202012Validator(schema)
+    validator = jsonschema.Draft202012Validator(schema, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER)
     errors = sorted(validator.iter_errors(instance), key=lambda e: list(e.absolute_path))
     out = []
     for err in errors[:limit]:

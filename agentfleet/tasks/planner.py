@@ -15,7 +15,7 @@ from tenacity import retry, retry_if_exception, stop_after_attempt, wait_exponen
 
 from agentfleet.config.agents import Agent
 from agentfleet.context.builder import build_messages
-from agentfleet.errors import RECOVERY_SUGGESTIONS, AgentfleetError, ErrorCode
+from agentfleet.errors import RECOVERY_SUGGESTIONS, AgentfleetError, ErrorCode, GoalRejected
 from agentfleet.events.contracts import Result, ResultStatus
 from agentfleet.events.envelope import (
     Envelope,
@@ -31,7 +31,9 @@ from agentfleet.loop.states import RunState, is_terminal
 from agentfleet.loop.transcript import Message, ModelTurn
 from agentfleet.models.base import ModelRequest
 from agentfleet.store.repository import RunRecord
-from agentfleet.tasks.base import InFlight, Step, end_run, result_of
+from agentfleet.tasks.admission import check_conflict
+from agentfleet.tasks.base import Step, end_run, result_of
+from agentfleet.tasks.retry import InFlight
 
 log = logging.getLogger(__name__)
 
@@ -51,20 +53,34 @@ def on_goal_submitted(step: Step) -> list[Envelope]:
             conn, run_id=step.env.run_id, agent=goal.agent, goal_id=goal.goal_id, trace_id=step.env.trace_id,
             input=goal.input, limits=limits.model_dump(),
         )
-        if goal.reply_to:
-            store.add_reply(conn, step.env.run_id, goal.reply_to, goal.correlation_id)
         run = store.get_run(step.env.run_id, conn, lock=True)
         assert run is not None
-        if run.state == RunState.PENDING:
-            run = store.transition(conn, run, RunState.PLANNING) or run  # we hold the row lock
-        elif run.state != RunState.PLANNING or run.iteration != 0:
+        try:  # copies with different inputs that raced past the inbox's check meet here
+            check_conflict(goal.goal_id, goal.input, run)
+        except GoalRejected as exc:
+            _refuse_copy(step, goal, exc)
+            return step.commit(conn, [])
+        if goal.reply_to:
+            store.add_reply(conn, step.env.run_id, goal.reply_to, goal.correlation_id)
+        if run.state != RunState.PENDING and (run.state != RunState.PLANNING or run.iteration != 0):
             # A second copy of a goal already under way (or done): one run, and this copy's
             # reply_to gets that run's Result when there is one.
             events = []
             if is_terminal(run.state) and goal.reply_to and run.result:
                 events = [step.run_ended(run.run_id, Result.model_validate(run.result), redelivery=True)]
             return step.commit(conn, events)
+        if run.state == RunState.PENDING:
+            run = store.transition(conn, run, RunState.PLANNING) or run  # we hold the row lock
     return _plan(step, agent, run, iteration=0, new_messages=[])
+
+
+def _refuse_copy(step: Step, goal: GoalSubmitted, exc: GoalRejected) -> None:
+    """Answer this copy of a goal (not the run its goal_id names) and keep it with the reason."""
+    publisher = step.rt.publisher
+    if goal.reply_to:
+        publisher.reply(goal.reply_to, goal.correlation_id,
+                        Result.rejection(exc.code, exc.message, agent=goal.agent, goal_id=goal.goal_id))
+    publisher.dead_letter_event(step.env, reason=exc.message, error_code=exc.code)
 
 
 def on_observation_recorded(step: Step) -> list[Envelope]:

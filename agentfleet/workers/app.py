@@ -2,21 +2,42 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from celery import Celery
 from celery.signals import setup_logging
+from celery.worker.consumer import Consumer as CeleryConsumer
+from kombu import Message
 
 from agentfleet import constants as C
 from agentfleet import logs
 from agentfleet.config.settings import Settings, get_settings
 from agentfleet.events.topology import Topology
+from agentfleet.events.wire import install_bounded_decompression
 from agentfleet.tasks.catalog import register_tasks
 from agentfleet.tasks.runtime import SETTINGS_KEY
 from agentfleet.workers.bootsteps import DeclareTopology, InboxConsumer
 
+log = logging.getLogger(__name__)
+
+
+class FleetConsumer(CeleryConsumer):
+    """Celery's consumer, except that a message it cannot decode is kept, not acked away.
+
+    Celery acks (drops) a message whose body it cannot decode; rejecting it instead hands it
+    to the queue's dead-letter exchange, where ``agentfleet dlq`` shows it with the broker's reason.
+    """
+
+    def on_decode_error(self, message: Message, exc: Exception) -> None:
+        log.error("undecodable message dead-lettered: %s", exc,
+                  extra={"content_type": message.content_type, "routing_key": (message.delivery_info or {})
+                         .get("routing_key")})
+        message.reject(requeue=False)
+
 
 def celery_config(settings: Settings) -> dict[str, Any]:
+    """Every Celery setting the fleet relies on, with why, in one place."""
     topology = Topology(settings.namespace)
     transport_options: dict[str, Any] = (
         {"polling_interval": settings.embedded_polling_interval_s}
@@ -28,6 +49,11 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "broker_url": settings.effective_broker_url,
         "broker_transport_options": transport_options,
         "broker_connection_retry_on_startup": True,
+        # After a broker restart Celery lowers the prefetch count and restores it from inside an
+        # ack; on a py-amqp channel shared by pool threads that blocked the planner for minutes
+        # (celery/celery#9512). Prefetch is 1 anyway: nothing to reduce.
+        "worker_enable_prefetch_count_reduction": False,
+        "worker_consumer": f"{__name__}:FleetConsumer",
         "result_backend": None,
         "task_ignore_result": True,
         "task_serializer": "json",
@@ -40,18 +66,24 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "task_reject_on_worker_lost": True,
         "task_acks_on_failure_or_timeout": False,  # a task that fails for good is dead-lettered, not dropped
         "worker_prefetch_multiplier": 1,
+        # Below RabbitMQ's consumer_timeout (30 min), after which it closes a channel holding an
+        # unacked message. Enforced by the prefork pool; in the thread pool each tool has its own
+        # timeout and retries wait in the broker (countdowns of seconds), never in a worker.
         "task_soft_time_limit": C.TASK_SOFT_TIME_LIMIT_S,
         "task_time_limit": C.TASK_TIME_LIMIT_S,
         # Flower sees the real work.
         "worker_send_task_events": True,
         "task_send_sent_event": True,
         "worker_hijack_root_logger": False,
+        # A task whose broker connection is lost cannot ack any more: its message is redelivered,
+        # so stop it rather than finish work someone else is about to do again.
         "worker_cancel_long_running_tasks_on_connection_loss": True,
     }
 
 
 def create_app(settings: Settings | None = None) -> Celery:
     settings = settings or get_settings()
+    install_bounded_decompression(settings.max_decompressed_bytes)
     app = Celery("agentfleet", set_as_current=False)
     app.conf.update(celery_config(settings))
     register_tasks(app)

@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Any
 
 from celery import bootsteps
-from kombu import Consumer, Message
+from kombu import Consumer
 
 from agentfleet import constants as C
-from agentfleet.errors import GoalRejected
-from agentfleet.events.contracts import Result
-from agentfleet.tasks.admission import admit, goal_event
 from agentfleet.tasks.runtime import runtime_for
+from agentfleet.workers.inbox import Inbox
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +31,15 @@ class DeclareTopology(bootsteps.StartStopStep):
 
 
 class InboxConsumer(bootsteps.ConsumerStep):
-    """Planner workers turn goals published by any AMQP client into goal.submitted events."""
+    """Planner workers turn goals published by any AMQP client into goal.submitted events.
+
+    Whatever arrives (any header, encoding, size or nesting) is admitted, or answered on
+    ``reply_to`` and dead-letted with its reason; nothing a client sends can stop the consumer.
+    """
+
+    def __init__(self, parent: Any, **kwargs: Any) -> None:
+        self.parent = parent
+        super().__init__(parent, **kwargs)
 
     def get_consumers(self, channel: Any) -> list[Consumer]:
         app = self.parent.app  # type: ignore[attr-defined]
@@ -42,44 +47,11 @@ class InboxConsumer(bootsteps.ConsumerStep):
         planner_queue = C.queue_name(rt.topology.namespace, C.PLANNER)
         if planner_queue not in app.amqp.queues.consume_from:
             return []
-        return [Consumer(channel, queues=[rt.topology.inbox_queue], on_message=self.on_message,
-                         prefetch_count=1, no_ack=False)]
-
-    def __init__(self, parent: Any, **kwargs: Any) -> None:
-        self.parent = parent
-        super().__init__(parent, **kwargs)
-
-    def on_message(self, message: Message) -> None:
-        rt = runtime_for(self.parent.app)
-        props = message.properties or {}
-        reply_to = props.get("reply_to")
-        correlation_id = props.get("correlation_id")
-        routing_key = (message.delivery_info or {}).get("routing_key")
-        try:
-            goal = admit(rt.agents, message.body, routing_key)
-            rt.publisher.publish([goal_event(goal, reply_to=reply_to, correlation_id=correlation_id)])
-        except GoalRejected as exc:
-            result = Result.rejection(exc.code, exc.message, agent=_field(message.body, "agent"),
-                                      goal_id=_field(message.body, "goal_id"))
-            if reply_to:
-                rt.publisher.reply(reply_to, correlation_id, result)
-            rt.publisher.dead_letter(
-                message.body if isinstance(message.body, bytes) else str(message.body).encode(),
-                reason=exc.message, error_code=exc.code, source=f"inbox:{routing_key}",
-                headers=message.headers, correlation_id=correlation_id,
-            )
-        except Exception:
-            log.exception("inbox message could not be handled; dead-lettering it via the broker")
-            message.reject(requeue=False)
-            return
-        message.ack()
-
-
-def _field(body: Any, name: str) -> str | None:
-    """A string field of a goal body, if the body is JSON enough to have one (for rejections)."""
-    try:
-        value = json.loads(body).get(name)
-    except (ValueError, AttributeError, TypeError):
-        return None
-    return value if isinstance(value, str) else None
-
+        inbox = Inbox(rt)
+        return [
+            Consumer(channel, queues=[rt.topology.inbox_queue], on_message=inbox.on_goal,
+                     on_decode_error=inbox.on_undecodable, prefetch_count=1, no_ack=False),
+            Consumer(channel, queues=[rt.topology.unroutable_queue], on_message=inbox.on_unroutable,
+                     on_decode_error=lambda message, _exc: inbox.on_unroutable(message),
+                     prefetch_count=1, no_ack=False),
+        ]

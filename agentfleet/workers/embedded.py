@@ -22,7 +22,7 @@ from agentfleet.errors import AgentfleetError
 from agentfleet.events.contracts import Goal
 from agentfleet.store import db
 from agentfleet.store.repository import Store
-from agentfleet.tasks.admission import admit, goal_event
+from agentfleet.tasks.admission import admit, check_conflict, goal_event
 from agentfleet.tasks.runtime import Runtime, runtime_for, share_runtime
 from agentfleet.workers.app import create_app
 from agentfleet.workers.roles import ROLES
@@ -100,6 +100,7 @@ class InProcessFleet:
         """Admit a goal (raising GoalRejected) and publish it; returns the run id."""
         goal = admit(self.runtime.agents, body.model_dump() if isinstance(body, Goal) else body)
         event = goal_event(goal)
+        check_conflict(goal.goal_id, goal.input, self.store.get_run(event.run_id))
         self.runtime.publisher.publish([event])
         return event.run_id
 

@@ -1,0 +1,129 @@
+"""The inbox's answers: admit a goal, or reply and dead-letter it with the reason. Never raise.
+
+A message is acked only after its goal.submitted is confirmed by the broker, or after its
+rejection is dead-lettered (confirmed too); if the broker connection fails in between,
+the message is still unacked and comes back.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from kombu import Message
+from kombu.exceptions import OperationalError as BrokerUnreachable
+
+from agentfleet.constants import GOAL_ROUTING_PREFIX
+from agentfleet.errors import AgentfleetError, ErrorCode, GoalRejected
+from agentfleet.events.contracts import Result
+from agentfleet.events.wire import loads_strict
+from agentfleet.loop.keys import run_id_for
+from agentfleet.tasks.admission import admit, check_conflict, goal_event
+from agentfleet.tasks.runtime import Runtime
+
+log = logging.getLogger(__name__)
+SHORTSTR = 255  # AMQP short strings (reply_to, correlation_id, routing keys) are at most 255 bytes
+
+
+class Inbox:
+    def __init__(self, rt: Runtime) -> None:
+        self.rt = rt
+
+    def on_goal(self, message: Message) -> None:
+        self._answer(message, lambda: self._admit(message))
+
+    def on_undecodable(self, message: Message, exc: Exception) -> None:
+        """kombu could not decompress or decode the body (an unknown codec, a bomb): answer, don't crash."""
+        code = exc.code if isinstance(exc, AgentfleetError) else ErrorCode.MALFORMED_MESSAGE
+        reason = exc.message if isinstance(exc, AgentfleetError) else f"body could not be decoded: {exc}"
+        self._answer(message, lambda: _raise(GoalRejected(reason, code=code)))
+
+    def on_unroutable(self, message: Message) -> None:
+        routing_key = _routing_key(message)
+        self._answer(message, lambda: _raise(GoalRejected(
+            f"routing key {routing_key!r} matches no inbox binding (goals use {GOAL_ROUTING_PREFIX}<agent>)",
+            code=ErrorCode.UNROUTABLE)))
+
+    def _admit(self, message: Message) -> None:
+        settings = self.rt.settings
+        body = message.body if isinstance(message.body, bytes) else str(message.body).encode()
+        if len(body) > settings.inbox_max_bytes:
+            raise GoalRejected(f"body of {len(body)} bytes is over the inbox limit of {settings.inbox_max_bytes}",
+                               code=ErrorCode.MESSAGE_TOO_LARGE)
+        reply_to, correlation_id = _reply_address(message)
+        goal = admit(self.rt.agents, body, _routing_key(message), max_depth=settings.max_json_depth,
+                     encoding=message.content_encoding)
+        assert goal.goal_id is not None
+        try:  # the common case; the planner checks again for copies that race each other here
+            check_conflict(goal.goal_id, goal.input, self.rt.store.get_run(run_id_for(goal.agent, goal.goal_id)))
+        except GoalRejected:
+            raise
+        except Exception as exc:  # database away: admission goes on, the planner's check still stands
+            log.warning("goal conflict check skipped: %s", exc)
+        self.rt.publisher.publish([goal_event(goal, reply_to=reply_to, correlation_id=correlation_id)])
+
+    def _answer(self, message: Message, work: Any) -> None:
+        try:
+            work()
+        except GoalRejected as exc:
+            self._reject(message, exc.code, exc.message)
+        except BrokerUnreachable:
+            log.warning("broker unreachable while admitting; the message stays unacked and comes back")
+            return
+        except Exception as exc:
+            log.exception("inbox message could not be handled")
+            self._reject(message, ErrorCode.INTERNAL, f"admission failed: {type(exc).__name__}: {exc}")
+        try:
+            message.ack()
+        except Exception:
+            log.warning("ack failed (connection lost); the message comes back and is answered again")
+
+    def _reject(self, message: Message, code: ErrorCode, reason: str) -> None:
+        body = message.body if isinstance(message.body, bytes) else str(message.body).encode()
+        reply_to, correlation_id = _reply_address(message)
+        if reply_to:
+            fields = _fields(body, self.rt.settings.inbox_max_bytes, self.rt.settings.max_json_depth)
+            result = Result.rejection(code, reason, agent=fields.get("agent"), goal_id=fields.get("goal_id"))
+            self.rt.publisher.reply(reply_to, correlation_id, result)
+        props = message.properties or {}
+        headers = dict(message.headers or {})
+        if not message.errors:  # kombu decompressed the body we keep: it is no longer compressed
+            headers.pop("compression", None)
+        self.rt.publisher.dead_letter(
+            body, reason=reason, error_code=code, source=f"inbox:{_routing_key(message)}",
+            headers=headers, correlation_id=correlation_id,
+            original_exchange=self.rt.topology.inbox.name, original_routing_key=_routing_key(message),
+            properties={"content_type": message.content_type, "content_encoding": message.content_encoding,
+                        "reply_to": reply_to,
+                        **{k: props[k] for k in ("user_id", "app_id") if isinstance(props.get(k), str)}},
+        )
+
+
+def _raise(exc: Exception) -> None:
+    raise exc
+
+
+def _routing_key(message: Message) -> str:
+    return str((message.delivery_info or {}).get("routing_key") or "")
+
+
+def _reply_address(message: Message) -> tuple[str | None, str | None]:
+    """reply_to and correlation_id when they can be used as AMQP short strings; else none (not an error)."""
+    props = message.properties or {}
+    reply_to, correlation_id = props.get("reply_to"), props.get("correlation_id")
+    ok_reply = isinstance(reply_to, str) and 0 < len(reply_to.encode(errors="replace")) <= SHORTSTR
+    ok_corr = isinstance(correlation_id, str) and len(correlation_id.encode(errors="replace")) <= SHORTSTR
+    return (reply_to if ok_reply else None), (correlation_id if ok_corr else None)
+
+
+def _fields(body: bytes, max_bytes: int, max_depth: int) -> dict[str, str]:
+    """agent and goal_id of a rejected goal, if its body is JSON enough to have them."""
+    if len(body) > max_bytes:
+        return {}
+    try:
+        data = loads_strict(body, max_depth=max_depth)
+    except Exception:
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    return {k: v[:200] for k in ("agent", "goal_id") if isinstance(v := data.get(k), str)}

@@ -1,0 +1,140 @@
+"""A catalogue of hostile inbox messages: each is answered or dead-lettered with a reason, and no worker exits."""
+
+from __future__ import annotations
+
+import json
+import uuid
+import zlib
+from collections.abc import Iterator
+from typing import Any
+
+import pika
+import pytest
+
+from agentfleet import constants as C
+from agentfleet.errors import ErrorCode
+from tests.conftest import WorkerProcs
+from tests.helpers import AmqpClient
+
+GOOD = {"agent": "repo_report", "input": {"path": "."}}
+MAX_BYTES = 64 * 1024
+E = ErrorCode
+
+
+def _deep(levels: int) -> bytes:
+    return b'{"agent": "repo_report", "input": {"path": ".", "x": ' + b"[" * levels + b"]" * levels + b"}}"
+
+
+# (name, routing key, body, extra properties, expected code)
+CATALOGUE: list[tuple[str, str, bytes, dict[str, Any], ErrorCode]] = [
+    ("not json", "goal.repo_report", b"\xff\xfe{", {}, E.MALFORMED_MESSAGE),
+    ("empty body", "goal.repo_report", b"", {}, E.MALFORMED_MESSAGE),
+    ("json null", "goal.repo_report", b"null", {}, E.MALFORMED_MESSAGE),
+    ("json array", "goal.repo_report", b"[1, 2]", {}, E.MALFORMED_MESSAGE),
+    ("unknown compression", "goal.repo_report", b"xx", {"headers": {"compression": "application/x-made-up"}},
+     E.MALFORMED_MESSAGE),
+    ("corrupt zlib", "goal.repo_report", b"not zlib", {"headers": {"compression": "application/x-gzip"}},
+     E.MALFORMED_MESSAGE),
+    ("zlib bomb", "goal.repo_report", zlib.compress(b" " * (300 * 1024 * 1024), 9),
+     {"headers": {"compression": "application/x-gzip"}}, E.MESSAGE_TOO_LARGE),
+    ("oversized body", "goal.repo_report",
+     json.dumps({**GOOD, "input": {"path": ".", "pad": "x" * (2 * MAX_BYTES)}}).encode(), {}, E.MESSAGE_TOO_LARGE),
+    ("NUL in goal_id", "goal.repo_report", json.dumps({**GOOD, "goal_id": "a\u0000b"}).encode(), {},
+     E.MALFORMED_MESSAGE),
+    ("lone surrogate", "goal.repo_report", b'{"agent": "repo_report", "input": {"path": "\\ud800"}}', {},
+     E.MALFORMED_MESSAGE),
+    ("max_steps over the internal maximum", "goal.repo_report",
+     json.dumps({**GOOD, "limits": {"max_steps": 20000}}).encode(), {}, E.MALFORMED_MESSAGE),
+    ("deadline Infinity", "goal.repo_report", b'{"agent": "repo_report", "input": {"path": "."}, '
+     b'"limits": {"deadline_s": Infinity}}', {}, E.MALFORMED_MESSAGE),
+    ("number beyond a float", "goal.repo_report", b'{"agent": "repo_report", "input": {"path": "."}, '
+     b'"limits": {"max_cost_usd": 1e400}}', {}, E.MALFORMED_MESSAGE),
+    ("zero budget", "goal.repo_report", json.dumps({**GOOD, "limits": {"max_cost_usd": 0}}).encode(), {},
+     E.MALFORMED_MESSAGE),
+    ("nested 5000 deep", "goal.repo_report", _deep(5000), {}, E.MALFORMED_MESSAGE),
+    ("nested past the depth limit", "goal.repo_report", _deep(100), {}, E.MALFORMED_MESSAGE),
+    ("unknown content encoding", "goal.repo_report", json.dumps(GOOD).encode(),
+     {"content_encoding": "no-such-codec"}, E.MALFORMED_MESSAGE),
+    ("pickle content type", "goal.repo_report", b"\x80\x04\x95\x05\x00\x00\x00\x00\x00\x00\x00}\x94.",
+     {"content_type": "application/x-python-serialize"}, E.MALFORMED_MESSAGE),
+    ("spoofed and odd headers", "goal.nobody", json.dumps({"agent": "nobody", "input": {}}).encode(),
+     {"headers": {"x-death": [{"reason": "client"}], C.HEADER_DEAD_REASON: "spoofed", "nested": {"a": {"b": 1}},
+                  "big": "h" * 5000, "n": 7}}, E.UNKNOWN_AGENT),
+    ("input breaks the schema", "goal.repo_report", json.dumps({"agent": "repo_report", "input": {"path": 3}})
+     .encode(), {}, E.INPUT_INVALID),
+    ("routing key with an extra word", "goal.repo_report.extra", json.dumps(GOOD).encode(), {}, E.UNROUTABLE),
+    ("routing key in capitals", "GOAL.repo_report", json.dumps(GOOD).encode(), {}, E.UNROUTABLE),
+    ("routing key for another agent", "goal.troubled", json.dumps(GOOD).encode(), {}, E.MALFORMED_MESSAGE),
+]
+
+
+@pytest.fixture
+def fleet(workers: WorkerProcs) -> Iterator[WorkerProcs]:
+    workers.env["AGENTFLEET_INBOX_MAX_BYTES"] = str(MAX_BYTES)
+    for role in C.ROLES:
+        workers.start(role)
+    workers.wait_ready()
+    yield workers
+
+
+def test_every_hostile_inbox_message_gets_a_coded_answer_and_a_reasoned_dead_letter(
+    fleet: WorkerProcs, namespace: str
+) -> None:
+    client = AmqpClient()
+    sent: dict[str, tuple[str, ErrorCode]] = {}
+    for name, routing_key, body, extra, code in CATALOGUE:
+        corr = uuid.uuid4().hex
+        props = pika.BasicProperties(content_type=extra.get("content_type", "application/json"),
+                                     content_encoding=extra.get("content_encoding"), headers=extra.get("headers"),
+                                     reply_to=client.reply_queue, correlation_id=corr, delivery_mode=2)
+        client.channel.basic_publish(exchange=f"{namespace}.inbox", routing_key=routing_key, body=body,
+                                     properties=props)
+        sent[corr] = (name, code)
+    replies = client.replies(len(sent), timeout=90)
+    answered = {sent[c][0]: r.get("error_code") for c, r in replies.items()}
+    assert answered == {name: str(code) for name, code in sent.values()}, fleet.logs()[-3000:]
+    assert all(r["status"] == "rejected" for r in replies.values())
+
+    dead = client.drain(f"{namespace}.dead", len(CATALOGUE), timeout=30)
+    assert len(dead) == len(CATALOGUE)
+    by_corr = {props.correlation_id: props for props, _ in dead}
+    for corr, (name, code) in sent.items():
+        headers = by_corr[corr].headers
+        assert headers[C.HEADER_DEAD_ERROR_CODE] == code, name
+        assert headers[C.HEADER_DEAD_REASON] and headers[C.HEADER_DEAD_REASON] != "spoofed", name
+        assert "x-death" not in headers, name
+        assert by_corr[corr].message_id, name
+
+    for proc_name, proc in fleet.procs:
+        assert proc.poll() is None, f"{proc_name} exited"
+    corr = client.publish_goal(namespace, "goal.repo_report", GOOD)
+    after = client.replies(1, timeout=60).get(corr)
+    client.close()
+    assert after is not None and after["status"] == "succeeded", fleet.logs()[-3000:]
+
+
+def test_an_undecodable_internal_message_is_dead_lettered_not_dropped(fleet: WorkerProcs, namespace: str) -> None:
+    client = AmqpClient()
+    client.channel.basic_publish(
+        exchange=f"{namespace}.events", routing_key="tool.requested", body=b"garbage",
+        properties=pika.BasicProperties(content_type="application/json", headers={"compression": "x-made-up"},
+                                        delivery_mode=2))
+    dead = client.drain(f"{namespace}.dead", 1, timeout=30)
+    assert dead and dead[0][0].headers["x-death"][0]["reason"] == "rejected"
+    assert all(p.poll() is None for _, p in fleet.procs)
+    client.close()
+
+
+def test_a_goal_id_reused_with_another_input_is_refused_with_its_own_code(
+    fleet: WorkerProcs, namespace: str
+) -> None:
+    client = AmqpClient()
+    goal_id = f"same-{uuid.uuid4().hex}"
+    first = client.publish_goal(namespace, "goal.repo_report", {**GOOD, "goal_id": goal_id})
+    assert client.replies(1, timeout=60)[first]["status"] == "succeeded"
+    again = client.publish_goal(namespace, "goal.repo_report", {**GOOD, "goal_id": goal_id})
+    other = client.publish_goal(namespace, "goal.repo_report", {**GOOD, "input": {"path": "x"}, "goal_id": goal_id})
+    replies = client.replies(2, timeout=60)
+    client.close()
+    assert replies[again]["status"] == "succeeded"
+    assert replies[other]["status"] == "rejected" and replies[other]["error_code"] == ErrorCode.GOAL_CONFLICT
