@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 from agentfleet.constants import DEFAULT_TOOL_RESPONSE_LIMIT
 from agentfleet.errors import ConfigurationError, ErrorCode, ToolError
+from agentfleet.harness.workspace import Workspace
 
 
 @dataclass(frozen=True)
@@ -29,8 +30,14 @@ class ToolContext:
     workspace: Path
     attempt: int = 1
 
+    @property
+    def files(self) -> Workspace:
+        """Open and walk files beneath the workspace without following links (safe against swaps)."""
+        return Workspace(self.workspace)
+
     def resolve(self, relative: str) -> Path:
-        """A path inside the workspace; anything that escapes it is refused."""
+        """A path inside the workspace, to name or show; open files with ``files`` (checked, then opened
+        by name, a path can be swapped for a link in between)."""
         candidate = (self.workspace / relative).resolve()
         if candidate != self.workspace and self.workspace not in candidate.parents:
             raise ToolError(

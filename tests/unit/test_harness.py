@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Annotated
@@ -157,3 +158,83 @@ class TestRepoReportTools:
         assert run_tool(read_file, {"path": "pkg/a.py", "max_chars": 3}, c, 5).output["text"] == "one"
         assert run_tool(read_file, {"path": "nope"}, c, 5).error_code == ErrorCode.INVALID_ARGUMENTS
         assert run_tool(list_files, {"path": "../"}, c, 5).error_code == ErrorCode.PERMISSION_DENIED
+
+
+class TestWorkspaceSwap:
+    """A directory swapped with a link to outside the workspace, over and over, while tools read through it."""
+
+    @pytest.fixture
+    def swapping(self, tmp_path: Path):  # type: ignore[no-untyped-def]
+        import ctypes
+        import threading
+
+        workspace, outside = tmp_path / "ws", tmp_path / "outside"
+        (workspace / "d").mkdir(parents=True)
+        outside.mkdir()
+        (workspace / "d" / "f.txt").write_text("inside\n")
+        (outside / "f.txt").write_text("OUTSIDE\n")
+        (workspace / "link").symlink_to(outside, target_is_directory=True)
+        libc = ctypes.CDLL(None, use_errno=True)
+        at_fdcwd, rename_exchange = -100, 2
+        stop = threading.Event()
+
+        def swap() -> None:
+            a, b = str(workspace / "d").encode(), str(workspace / "link").encode()
+            while not stop.is_set():
+                libc.renameat2(at_fdcwd, a, at_fdcwd, b, rename_exchange)
+
+        thread = threading.Thread(target=swap, daemon=True)
+        thread.start()
+        yield workspace
+        stop.set()
+        thread.join()
+
+    def test_reading_by_descriptor_never_reaches_outside(self, swapping: Path) -> None:
+        from agentfleet.harness.workspace import Workspace
+
+        ws, seen = Workspace(swapping), set()
+        for _ in range(3000):
+            try:
+                seen.add(ws.read_bytes("d/f.txt"))
+            except ToolError as exc:
+                seen.add(exc.code)
+            try:
+                seen.update(e.read_bytes() for e in ws.walk("d"))
+            except (ToolError, OSError) as exc:
+                seen.add(type(exc).__name__)
+        assert b"OUTSIDE\n" not in seen and b"inside\n" in seen
+
+    def test_checking_then_opening_by_name_does_reach_outside(self, swapping: Path) -> None:
+        """The way it was done before (and why the descriptor walk exists): this leaks."""
+        leaked = False
+        for _ in range(3000):
+            try:
+                target = ctx(swapping).resolve("d/f.txt")
+                leaked |= target.read_bytes() == b"OUTSIDE\n"
+            except (ToolError, OSError):
+                continue
+        assert leaked
+
+    def test_the_repo_report_tools_read_only_inside(self, swapping: Path) -> None:
+        from agentfleet.examples.repo_report.tools import count_lines, read_file
+
+        c = ToolContext(run_id="r", call_id="c", idempotency_key="k", workspace=swapping)
+        for _ in range(300):
+            for t, args in ((read_file, {"path": "d/f.txt"}), (count_lines, {"path": "d"})):
+                result = run_tool(t, args, c, 5.0)
+                assert "OUTSIDE" not in json.dumps(result.model_dump(mode="json"))
+
+    def test_a_link_is_refused_and_dot_dot_is_outside(self, tmp_path: Path) -> None:
+        from agentfleet.harness.workspace import Workspace
+
+        (tmp_path / "real.txt").write_text("x")
+        (tmp_path / "alias.txt").symlink_to(tmp_path / "real.txt")
+        os.mkfifo(tmp_path / "fifo")
+        ws = Workspace(tmp_path)
+        for path, code in (("alias.txt", ErrorCode.PERMISSION_DENIED), ("../etc/passwd", ErrorCode.PERMISSION_DENIED),
+                           ("/etc/passwd", ErrorCode.PERMISSION_DENIED), ("nope", ErrorCode.INVALID_ARGUMENTS),
+                           ("fifo", ErrorCode.INVALID_ARGUMENTS)):
+            with pytest.raises(ToolError) as info:
+                ws.read_bytes(path)
+            assert info.value.code == code, path
+        assert ws.read_bytes("real.txt") == b"x"

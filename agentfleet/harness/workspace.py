@@ -1,0 +1,137 @@
+"""Files beneath the workspace, opened so that a swapped symlink cannot lead outside it.
+
+Checking a path and then opening it by name is a race: between the two, a directory
+inside the workspace can be exchanged for a link to one outside (``renameat2`` with
+RENAME_EXCHANGE does it atomically). Here every component is opened relative to the
+descriptor of its parent with ``O_NOFOLLOW``, and directories are walked by descriptor,
+so what is read is always what sits beneath the workspace at that moment. Symbolic links
+are not followed at all; ``..`` is refused.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from agentfleet.errors import ErrorCode, ToolError
+
+_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_ANY = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK  # NONBLOCK: a FIFO must not hang the open
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A regular file met by ``walk``; readable while the walk is at it."""
+
+    path: str  # relative to the workspace
+    _dir_fd: int
+    _name: str
+
+    def read_bytes(self) -> bytes:
+        fd = os.open(self._name, _ANY, dir_fd=self._dir_fd)
+        try:
+            return _read_regular(fd, self.path)
+        finally:
+            os.close(fd)
+
+
+class Workspace:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def parts(self, relative: str) -> list[str]:
+        """The path's components beneath the root; ``..`` and absolute paths are refused."""
+        pure = PurePosixPath(relative)
+        if pure.is_absolute() or ".." in pure.parts:
+            raise ToolError(f"path {relative!r} is outside the workspace", code=ErrorCode.PERMISSION_DENIED,
+                            hint="Use a path relative to the workspace root, without '..'.")
+        return [p for p in pure.parts if p not in ("", ".")]
+
+    @contextmanager
+    def open(self, relative: str) -> Iterator[tuple[int, os.stat_result]]:
+        """A descriptor for the file or directory at ``relative``, and its stat."""
+        parts = self.parts(relative)
+        fd = os.open(self.root, _DIR)
+        try:
+            for i, name in enumerate(parts):
+                flags = _DIR if i < len(parts) - 1 else _ANY
+                try:
+                    child = os.open(name, flags, dir_fd=fd)
+                except OSError as exc:
+                    raise _refusal(relative, exc) from None
+                os.close(fd)
+                fd = child
+            yield fd, os.fstat(fd)
+        finally:
+            os.close(fd)
+
+    def read_bytes(self, relative: str) -> bytes:
+        with self.open(relative) as (fd, st):
+            if not stat.S_ISREG(st.st_mode):
+                raise ToolError(f"{relative!r} is not a file", code=ErrorCode.INVALID_ARGUMENTS,
+                                hint="Use list_files to find files.")
+            return _read_regular(fd, relative)
+
+    def walk(self, relative: str, skip_dir: Callable[[str], bool] = lambda _name: False) -> Iterator[Entry]:
+        """The regular files under ``relative`` (itself, if it is one), in name order; links are skipped."""
+        with self.open(relative) as (fd, st):
+            base = "/".join(self.parts(relative))
+            if stat.S_ISREG(st.st_mode):
+                parent = "/".join(self.parts(relative)[:-1])
+                yield from self._walk_file_itself(parent, base)
+                return
+            if not stat.S_ISDIR(st.st_mode):
+                return
+            yield from _walk_fd(fd, base, skip_dir)
+
+    def _walk_file_itself(self, parent: str, path: str) -> Iterator[Entry]:
+        with self.open(parent or ".") as (dir_fd, _):
+            yield Entry(path, dir_fd, PurePosixPath(path).name)
+
+
+def _walk_fd(fd: int, base: str, skip_dir: Callable[[str], bool]) -> Iterator[Entry]:
+    with os.scandir(fd) as it:
+        entries = sorted(it, key=lambda e: e.name)
+    for entry in entries:
+        path = f"{base}/{entry.name}" if base else entry.name
+        if entry.is_symlink():
+            continue
+        if entry.is_dir(follow_symlinks=False):
+            if skip_dir(entry.name):
+                continue
+            try:
+                child = os.open(entry.name, _DIR, dir_fd=fd)
+            except OSError:
+                continue  # swapped for a link, or gone, since it was listed
+            try:
+                yield from _walk_fd(child, path, skip_dir)
+            finally:
+                os.close(child)
+        elif entry.is_file(follow_symlinks=False):
+            yield Entry(path, fd, entry.name)
+
+
+def _read_regular(fd: int, relative: str) -> bytes:
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        raise ToolError(f"{relative!r} is not a regular file", code=ErrorCode.INVALID_ARGUMENTS)
+    chunks = []
+    while chunk := os.read(fd, 1 << 20):
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _refusal(relative: str, exc: OSError) -> ToolError:
+    if exc.errno in (errno.ELOOP, errno.EMLINK):
+        return ToolError(f"{relative!r} goes through a symbolic link; file tools do not follow links",
+                         code=ErrorCode.PERMISSION_DENIED, hint="Use the real path inside the workspace.")
+    if exc.errno == errno.ENOENT:
+        return ToolError(f"{relative!r} does not exist", code=ErrorCode.INVALID_ARGUMENTS,
+                         hint="List the directory first to see what is there.")
+    if exc.errno == errno.ENOTDIR:
+        return ToolError(f"{relative!r}: a part of it is not a directory", code=ErrorCode.INVALID_ARGUMENTS)
+    return ToolError(f"{relative!r} cannot be opened: {exc.strerror}", code=ErrorCode.PERMISSION_DENIED)
