@@ -130,28 +130,43 @@ def submit(
     _exit_for(result)
 
 
+def _runtime(settings: Settings) -> Any:
+    from agentfleet.tasks.runtime import runtime_for
+    from agentfleet.workers.app import create_app
+
+    return runtime_for(create_app(settings))
+
+
 @app.command()
 def status(
     run_id: Annotated[str, typer.Argument(help="Run id")],
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON")] = False,
 ) -> None:
-    """Show a run's state, usage and steps from its checkpoint."""
+    """Show a run's state, usage and steps from its checkpoint, and whether it looks stuck."""
+    from agentfleet.store.repository import now
+    from agentfleet.tasks.sweeper import Action, assess
     from agentfleet.workers.progress import describe_run
 
-    settings = get_settings()
-    from agentfleet.store import Store, make_engine
-
-    store = Store(make_engine(settings.effective_database_url))
-    described = describe_run(store, run_id)
+    rt = _runtime(get_settings())
+    described = describe_run(rt.store, run_id)
     if described is None:
         err.print(f"no run {run_id}")
         raise typer.Exit(2)
+    run = rt.store.get_run(run_id)
+    assessed = assess(rt, run, now()) if run is not None else None
+    stuck = None
+    if assessed is not None and assessed[1].action != Action.WAIT:
+        stuck = {"quiet_s": round(assessed[0], 1), "action": assessed[1].action.value, "reason": assessed[1].reason}
+    described["stuck"] = stuck
     if as_json:
         print(json.dumps(described, default=str))
         return
     out.print(f"run {run_id}: [bold]{described['state']}[/] agent={described['agent']} "
               f"iteration={described['iteration']} steps={described['usage']['steps']} "
               f"tokens={described['usage']['tokens']}")
+    if stuck:
+        out.print(f"[bold yellow]looks stuck[/]: nothing for {stuck['quiet_s']:.0f}s ({stuck['reason']}); "
+                  f"the sweeper will {stuck['action']} it (now: agentfleet sweep)")
     table = Table("iteration", "kind", "name", "status", "attempts", "ms", "worker")
     for s in described["steps"]:
         table.add_row(str(s["iteration"]), s["kind"], s["name"] or "-", s["status"], str(s["attempts"]),
@@ -159,6 +174,30 @@ def status(
     out.print(table)
     if described["result"]:
         out.print_json(json.dumps(described["result"]))
+
+
+@app.command()
+def sweep(
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Show what would be re-driven; change nothing")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON")] = False,
+) -> None:
+    """Re-drive stalled runs from their last checkpoint once (observer workers also do it on a timer)."""
+    from agentfleet.tasks.sweeper import sweep as sweep_once
+
+    findings = sweep_once(_runtime(get_settings()), dry_run=dry_run)
+    if findings is None:
+        err.print("another sweeper is sweeping right now; nothing done")
+        raise typer.Exit(1)
+    if as_json:
+        print(json.dumps([{**f.__dict__, "action": f.action.value} for f in findings]))
+        return
+    verb = "would" if dry_run else "did"
+    table = Table("run", "agent", "state", "iteration", "quiet s", f"{verb}", "why", "events",
+                  title=f"{len(findings)} stalled run(s)")
+    for f in findings:
+        table.add_row(f.run_id, f.agent, f.state, str(f.iteration), f"{f.quiet_s:.0f}", f.action.value, f.reason,
+                      str(f.events))
+    (out if out.is_terminal else Console(width=200)).print(table)
 
 
 @app.command()

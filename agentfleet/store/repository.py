@@ -17,11 +17,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Connection, Engine, Text, cast, select, text, update
+from sqlalchemy import Connection, Engine, Text, cast, func, select, text, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
-from agentfleet.loop.states import RunState, can_transition
+from agentfleet.loop.states import TERMINAL, RunState, can_transition
 from agentfleet.loop.transcript import MESSAGES, Message, Usage
 from agentfleet.store import tables as T
 
@@ -30,6 +30,11 @@ log = logging.getLogger(__name__)
 
 def now() -> datetime:
     return datetime.now(UTC)
+
+
+def _utc(ts: datetime | None) -> datetime | None:
+    """SQLite drops the zone; we only ever store UTC."""
+    return ts.replace(tzinfo=UTC) if ts is not None and ts.tzinfo is None else ts
 
 
 def lock_id(key: str) -> int:
@@ -56,14 +61,15 @@ class RunRecord:
     error_code: str | None
     created_at: datetime
     updated_at: datetime
+    redrives: int = 0
+    redriven_at: datetime | None = None
 
     @classmethod
     def from_row(cls, row: Any) -> RunRecord:
         data = dict(row._mapping)
         data["state"] = RunState(data["state"])
-        for key in ("created_at", "updated_at"):
-            if data[key].tzinfo is None:  # SQLite drops the zone; we only ever store UTC
-                data[key] = data[key].replace(tzinfo=UTC)
+        for key in ("created_at", "updated_at", "redriven_at"):
+            data[key] = _utc(data[key])
         return cls(**data)
 
     @property
@@ -291,12 +297,69 @@ class Store:
             ).first()
         return None if row is None else list(row.outbox)
 
-    def mark_processed(self, conn: Connection, event_id: str, consumer: str, outbox: list[dict[str, Any]]) -> bool:
+    def mark_processed(self, conn: Connection, event_id: str, consumer: str, outbox: list[dict[str, Any]],
+                       run_id: str | None = None) -> bool:
         return self._insert_ignore(
             conn, T.processed_events,
-            dict(event_id=event_id, consumer=consumer, outbox=outbox, processed_at=now()),
+            dict(event_id=event_id, consumer=consumer, outbox=outbox, processed_at=now(), run_id=run_id),
             ["event_id", "consumer"],
         )
+
+    # -- the sweeper's view -------------------------------------------------------------
+
+    def quiet_runs(self, before: datetime, limit: int) -> list[RunRecord]:
+        """Runs whose row has not changed (nor been re-driven) since ``before``: live ones, and ended
+        ones with a Result still owed to a reply_to. Oldest first."""
+        owed = select(T.run_replies.c.run_id).where(T.run_replies.c.delivered_at.is_(None))
+        live = T.runs.c.state.notin_([s.value for s in TERMINAL])
+        stmt = (
+            select(T.runs)
+            .where(T.runs.c.updated_at < before,
+                   (T.runs.c.redriven_at.is_(None)) | (T.runs.c.redriven_at < before),
+                   live | T.runs.c.run_id.in_(owed))
+            .order_by(T.runs.c.updated_at)
+            .limit(limit)
+        )
+        with self.engine.connect() as conn:
+            return [RunRecord.from_row(r) for r in conn.execute(stmt).all()]
+
+    def last_activity(self, run: RunRecord) -> datetime:
+        """The latest sign of life of a run: its row, a step starting or finishing, a tool result arriving."""
+        with self.engine.connect() as conn:
+            times = conn.execute(
+                select(func.max(T.steps.c.started_at), func.max(T.steps.c.finished_at))
+                .where(T.steps.c.run_id == run.run_id)
+            ).one()
+            received = conn.execute(
+                select(func.max(T.observations.c.received_at)).where(T.observations.c.run_id == run.run_id)
+            ).scalar()
+        candidates = [run.updated_at, run.redriven_at, *times, received]
+        return max(t for t in map(_utc, candidates) if t is not None)
+
+    def stored_events(self, run_id: str) -> list[dict[str, Any]]:
+        """Every event the run's handled steps produced (their stored outboxes), oldest first."""
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                select(T.processed_events.c.outbox).where(T.processed_events.c.run_id == run_id)
+                .order_by(T.processed_events.c.processed_at)
+            ).scalars().all()
+        return [event for outbox in rows for event in outbox]
+
+    def open_steps(self, run_id: str) -> list[str]:
+        """Idempotency keys of the run's steps whose intent has no outcome yet."""
+        with self.engine.connect() as conn:
+            return list(conn.execute(
+                select(T.steps.c.idempotency_key).where(T.steps.c.run_id == run_id, T.steps.c.status == "started")
+            ).scalars().all())
+
+    def step_held(self, key: str) -> bool:
+        """Whether a live worker holds the step right now (its lock is taken)."""
+        with self.step_lock(key) as got:
+            return not got
+
+    def note_redrive(self, conn: Connection, run_id: str) -> None:
+        conn.execute(update(T.runs).where(T.runs.c.run_id == run_id)
+                     .values(redrives=T.runs.c.redrives + 1, redriven_at=now()))
 
     # -- reply targets ------------------------------------------------------------------
 

@@ -8,6 +8,7 @@ from sqlalchemy import (
     Column,
     DateTime,
     Float,
+    Index,
     Integer,
     MetaData,
     PrimaryKeyConstraint,
@@ -40,7 +41,10 @@ runs = Table(
     Column("error_code", String(64)),
     Column("created_at", Ts, nullable=False),
     Column("updated_at", Ts, nullable=False),
+    Column("redrives", Integer, nullable=False, default=0, server_default="0"),  # times the sweeper re-drove it
+    Column("redriven_at", Ts),
     UniqueConstraint("agent", "goal_id", name="uq_runs_agent_goal"),
+    Index("ix_runs_state_updated", "state", "updated_at"),
 )
 
 # One row per step attempt-set: intent (status started) before side effects, outcome after.
@@ -97,7 +101,9 @@ processed_events = Table(
     Column("consumer", String(32), nullable=False),
     Column("outbox", JSON, nullable=False),
     Column("processed_at", Ts, nullable=False),
+    Column("run_id", String(64)),  # the run the event belongs to: the sweeper re-drives from here
     PrimaryKeyConstraint("event_id", "consumer", name="pk_processed_events"),
+    Index("ix_processed_events_run", "run_id"),
 )
 
 # Who asked for a run's Result (every copy of the goal with a reply_to).

@@ -43,7 +43,8 @@ class Step:
 
     def commit(self, conn: Connection, events: list[Envelope]) -> list[Envelope]:
         """Mark the event handled, storing what it produced, in the caller's transaction."""
-        if not self.rt.store.mark_processed(conn, self.env.event_id, self.role, [e.wire() for e in events]):
+        if not self.rt.store.mark_processed(conn, self.env.event_id, self.role, [e.wire() for e in events],
+                                            run_id=self.env.run_id):
             raise InFlight(f"{self.env.event_id} was handled concurrently")
         return events
 
@@ -55,13 +56,20 @@ class Step:
         )
 
     def run_ended(self, run_id: str, result: Result, *, redelivery: bool = False) -> Envelope:
-        failed = result.status != "succeeded"
-        type = EventType.RUN_FAILED if failed else EventType.RUN_COMPLETED
-        payload = RunEnded(result=result.model_dump(mode="json"), redelivery=redelivery)
-        if redelivery:
-            return Envelope.new(type, run_id, payload, trace_id=self.env.trace_id, causation_id=self.env.event_id,
-                                event_id=derived_event_id(self.env.event_id, "redelivery"))
-        return self.event(type, payload, key=("ended",))
+        return ended_event(run_id, self.env.trace_id, result, causation_id=self.env.event_id,
+                           redelivery_of=self.env.event_id if redelivery else None)
+
+
+def ended_event(run_id: str, trace_id: str, result: Result, *, causation_id: str | None = None,
+                redelivery_of: str | None = None) -> Envelope:
+    """run.completed or run.failed carrying the Result. Its id is derived from the run, so however often a
+    run is ended (a handler, the sweeper), one ending is one event; a later copy of the goal asking for the
+    Result again (``redelivery_of``) gets an event of its own."""
+    type = EventType.RUN_COMPLETED if result.status == ResultStatus.SUCCEEDED else EventType.RUN_FAILED
+    payload = RunEnded(result=result.model_dump(mode="json"), redelivery=redelivery_of is not None)
+    event_id = (derived_event_id(redelivery_of, "redelivery") if redelivery_of
+                else derived_event_id(run_id, type, "ended"))
+    return Envelope.new(type, run_id, payload, trace_id=trace_id, causation_id=causation_id, event_id=event_id)
 
 
 Handler = Callable[[Step], list[Envelope]]

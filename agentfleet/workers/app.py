@@ -17,7 +17,7 @@ from agentfleet.events.topology import Topology
 from agentfleet.events.wire import install_bounded_decompression
 from agentfleet.tasks.catalog import register_tasks
 from agentfleet.tasks.runtime import SETTINGS_KEY
-from agentfleet.workers.bootsteps import DeclareTopology, InboxConsumer
+from agentfleet.workers.bootsteps import DeclareTopology, InboxConsumer, SweepTimer
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +88,7 @@ def create_app(settings: Settings | None = None) -> Celery:
     app.conf.update(celery_config(settings))
     register_tasks(app)
     app.steps["worker"].add(DeclareTopology)
+    app.steps["worker"].add(SweepTimer)
     app.steps["consumer"].add(InboxConsumer)
     return app
 

@@ -1,0 +1,60 @@
+"""What to do about a run that has gone quiet, decided from data alone; the sweeper acts on it.
+
+A run goes quiet when the event that should move it on never arrives: its publish was
+lost after the step committed, or its message was acked by a worker that then could not
+finish. The way out is to send again the events the run's last committed step stored —
+every consumer dedupes on the event id and republishes its own stored outcome, so a
+re-drive that races a late message is harmless — or, at the run's first plan, the goal.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from agentfleet.loop.states import RunState, is_terminal
+
+
+class Action(StrEnum):
+    REPUBLISH = "republish"  # send the stored events that move the run on again
+    RESUBMIT = "resubmit"  # the run is at its first plan: hand the planner its goal again
+    EXPIRE = "expire"  # past its deadline with nothing moving: end it with DEADLINE
+    WAIT = "wait"  # a live worker holds one of its steps, or it waits on people or children
+    UNKNOWN = "unknown"  # nothing stored to re-drive from (said, never guessed at)
+
+
+@dataclass(frozen=True)
+class Redrive:
+    action: Action
+    reason: str
+    events: tuple[dict[str, Any], ...] = field(default=())
+
+
+def plan_redrive(*, state: RunState, iteration: int, elapsed_s: float, deadline_s: float, grace_s: float,
+                 in_flight: bool, owes_result: bool, stored: Sequence[dict[str, Any]]) -> Redrive:
+    """The move for one quiet run. ``stored`` is every event its handled steps produced, oldest first."""
+    if is_terminal(state):
+        ended = [e for e in stored if e.get("type") in ("run.completed", "run.failed")]
+        if owes_result and ended:
+            return Redrive(Action.REPUBLISH, "ended, but its Result was not delivered", (ended[-1],))
+        return Redrive(Action.WAIT if not owes_result else Action.UNKNOWN, "ended")
+    if in_flight:
+        return Redrive(Action.WAIT, "a live worker holds one of its steps")
+    if elapsed_s > deadline_s + grace_s:
+        return Redrive(Action.EXPIRE, f"ran {elapsed_s:.0f}s, past its deadline of {deadline_s:g}s, and is stalled")
+    if state == RunState.PENDING or (state == RunState.PLANNING and iteration == 0):
+        return Redrive(Action.RESUBMIT, "its first plan was never made")
+    if state in (RunState.WAITING_APPROVAL, RunState.WAITING_CHILDREN):
+        return Redrive(Action.WAIT, f"{state.value.lower()} (a wait, not a stall)")
+    wanted = {
+        RunState.PLANNING: ("observation.recorded", iteration - 1),
+        RunState.OBSERVING: ("observation.recorded", iteration),
+        RunState.EXECUTING: ("tool.requested", iteration),
+    }[state]
+    events = tuple(e for e in stored if e.get("type") == wanted[0]
+                   and (e.get("payload") or {}).get("iteration") == wanted[1])
+    if not events:
+        return Redrive(Action.UNKNOWN, f"no stored {wanted[0]} for iteration {wanted[1]}")
+    return Redrive(Action.REPUBLISH, f"{state.value} at iteration {iteration} with nothing in flight", events)

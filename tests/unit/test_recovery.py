@@ -1,0 +1,58 @@
+"""The sweeper's decision for a quiet run, from data alone."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agentfleet.loop.recovery import Action, plan_redrive
+from agentfleet.loop.states import RunState
+
+
+def ev(type: str, iteration: int | None = None, **extra: Any) -> dict[str, Any]:
+    payload = {} if iteration is None else {"iteration": iteration}
+    return {"type": type, "payload": payload, **extra}
+
+
+STORED = [ev("tool.requested", 0, id="t0a"), ev("tool.requested", 0, id="t0b"), ev("tool.completed", 0),
+          ev("observation.recorded", 0, id="o0"), ev("tool.requested", 1, id="t1")]
+
+
+def plan(state: RunState, iteration: int, **kw: Any) -> Any:
+    args = dict(elapsed_s=10.0, deadline_s=600.0, grace_s=60.0, in_flight=False, owes_result=False, stored=STORED)
+    return plan_redrive(state=state, iteration=iteration, **{**args, **kw})
+
+
+def test_an_executing_run_gets_every_call_of_its_iteration_again() -> None:
+    p = plan(RunState.EXECUTING, 0)
+    assert p.action == Action.REPUBLISH and [e["id"] for e in p.events] == ["t0a", "t0b"]
+
+
+def test_a_planning_run_gets_the_observation_that_led_to_its_iteration() -> None:
+    assert [e["id"] for e in plan(RunState.PLANNING, 1).events] == ["o0"]
+    assert [e["id"] for e in plan(RunState.OBSERVING, 0).events] == ["o0"]
+
+
+def test_a_run_at_its_first_plan_is_resubmitted() -> None:
+    assert plan(RunState.PLANNING, 0).action == Action.RESUBMIT
+    assert plan(RunState.PENDING, 0).action == Action.RESUBMIT
+
+
+def test_a_held_step_or_a_wait_is_left_alone() -> None:
+    assert plan(RunState.EXECUTING, 0, in_flight=True).action == Action.WAIT
+    assert plan(RunState.WAITING_APPROVAL, 2).action == Action.WAIT
+
+
+def test_a_stalled_run_past_its_deadline_and_grace_is_ended() -> None:
+    assert plan(RunState.EXECUTING, 0, elapsed_s=661.0).action == Action.EXPIRE
+    assert plan(RunState.EXECUTING, 0, elapsed_s=659.0).action == Action.REPUBLISH
+
+
+def test_nothing_stored_is_said_not_guessed() -> None:
+    assert plan(RunState.EXECUTING, 5).action == Action.UNKNOWN
+
+
+def test_an_ended_run_owing_its_result_sends_it_again() -> None:
+    stored = [*STORED, ev("run.completed", id="end")]
+    p = plan(RunState.SUCCEEDED, 1, owes_result=True, stored=stored)
+    assert p.action == Action.REPUBLISH and [e["id"] for e in p.events] == ["end"]
+    assert plan(RunState.SUCCEEDED, 1, stored=stored).action == Action.WAIT
