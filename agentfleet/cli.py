@@ -71,6 +71,18 @@ def _exit_for(result: Result) -> None:
     raise typer.Exit(0 if result.status == ResultStatus.SUCCEEDED else 1)
 
 
+STILL_RUNNING = 3  # exit code: the wait ran out, the run did not (distinct from a failed run's 1)
+
+
+def _still_running(run_id: str, timeout: float, as_json: bool) -> None:
+    """The caller's wait ended, not the run: say so, and never dress it up as the run's Result."""
+    if as_json:
+        print(json.dumps({"status": "running", "run_id": run_id, "waited_s": timeout}))
+    else:
+        err.print(f"still running after {timeout:g}s (the run goes on): agentfleet status {run_id}")
+    raise typer.Exit(STILL_RUNNING)
+
+
 @app.command()
 def run(
     agent: AgentArg,
@@ -100,6 +112,9 @@ def run(
             out.print(f"[bold]agentfleet[/] embedded · agent [cyan]{agent}[/] · model {spec.model.name}{note}")
             out.print(f"run {run_id}")
         result = follow(fleet.store, run_id, None if as_json else out, timeout_s=timeout)
+        if result is None:
+            _still_running(run_id, timeout, as_json)
+        assert result is not None
         _print_result(result, as_json)  # before the fleet's warm shutdown, which takes a few seconds
     _exit_for(result)
 
@@ -114,12 +129,23 @@ def submit(
     as_json: Annotated[bool, typer.Option("--json", help="Print only JSON")] = False,
     timeout: Annotated[float, typer.Option(help="Seconds to wait with --wait")] = 600.0,
 ) -> None:
-    """Publish a goal to the distributed fleet's inbox (the public AMQP contract)."""
+    """Publish a goal to the distributed fleet's inbox (the public AMQP contract).
+
+    A goal for an agent this machine also loads is admitted here first, so a bad goal is refused
+    (exit 1) before it is sent; the fleet admits it again either way."""
+    from agentfleet.tasks.admission import admit
     from agentfleet.workers.client import FleetClient
 
     settings = get_settings()
     body = _goal(agent, input_json, goal_id or str(uuid.uuid4()), max_steps)
     with FleetClient(settings) as client:
+        if agent in client.rt.agents:
+            try:
+                admit(client.rt.agents, body)
+            except GoalRejected as exc:
+                rejection = Result.rejection(exc.code, exc.message, agent=agent, goal_id=body["goal_id"])
+                _print_result(rejection, as_json)
+                _exit_for(rejection)
         run_id = client.run_id(body)
         if not wait:
             client.publish_goal(body)
@@ -128,6 +154,9 @@ def submit(
         if not as_json:
             out.print(f"run {run_id}")
         result = client.submit_and_wait(body, timeout_s=timeout)
+    if result is None:
+        _still_running(run_id, timeout, as_json)
+    assert result is not None
     _print_result(result, as_json)
     _exit_for(result)
 

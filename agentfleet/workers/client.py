@@ -11,8 +11,7 @@ from typing import Any
 from kombu import Consumer, Message, Queue
 
 from agentfleet.config.settings import Settings
-from agentfleet.errors import ErrorCode
-from agentfleet.events.contracts import Result, ResultStatus
+from agentfleet.events.contracts import Result
 from agentfleet.events.envelope import Envelope, EventType, RunCancelRequested
 from agentfleet.loop.keys import run_id_for
 from agentfleet.tasks.runtime import runtime_for
@@ -45,7 +44,8 @@ class FleetClient:
                                        reply_to=reply_to, correlation_id=correlation_id,
                                        declare=[self.rt.topology.inbox_queue])
 
-    def submit_and_wait(self, body: dict[str, Any], *, timeout_s: float) -> Result:
+    def submit_and_wait(self, body: dict[str, Any], *, timeout_s: float) -> Result | None:
+        """Publish the goal and wait for its Result on a private reply queue; None if the wait runs out."""
         correlation_id = uuid.uuid4().hex
         reply_queue = Queue(f"{self.settings.namespace}.reply.{correlation_id}", exclusive=True, auto_delete=True)
         box: list[Result] = []
@@ -63,11 +63,7 @@ class FleetClient:
                     self.connection.drain_events(timeout=min(1.0, max(0.01, deadline - time.monotonic())))
                 except TimeoutError:
                     continue
-        if box:
-            return box[0]
-        return Result(status=ResultStatus.FAILED, run_id=self.run_id(body), goal_id=body.get("goal_id"),
-                      agent=body.get("agent"), error_code=ErrorCode.DEADLINE,
-                      message=f"no Result within {timeout_s:g}s; the run goes on")
+        return box[0] if box else None
 
     def cancel(self, run_id: str, reason: str) -> None:
         event = Envelope.new(EventType.RUN_CANCEL_REQUESTED, run_id, RunCancelRequested(reason=reason),

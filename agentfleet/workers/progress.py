@@ -11,8 +11,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from agentfleet.constants import FINAL_ANSWER_TOOL, FOLLOW_POLL_INTERVAL_S
-from agentfleet.errors import ErrorCode
-from agentfleet.events.contracts import Result, ResultStatus
+from agentfleet.events.contracts import Result
 from agentfleet.loop.states import is_terminal
 from agentfleet.store.repository import RunRecord, Store
 
@@ -56,8 +55,8 @@ def wait_for_end(store: Store, run_id: str, *, timeout_s: float,
         time.sleep(FOLLOW_POLL_INTERVAL_S)
 
 
-def follow(store: Store, run_id: str, console: Console | None, *, timeout_s: float) -> Result:
-    """Wait for the run's Result, printing each finished step once."""
+def follow(store: Store, run_id: str, console: Console | None, *, timeout_s: float) -> Result | None:
+    """Wait for the run's Result, printing each finished step once; None if the wait ran out first."""
     shown: set[int] = set()
 
     def show(run: RunRecord | None) -> None:
@@ -69,10 +68,7 @@ def follow(store: Store, run_id: str, console: Console | None, *, timeout_s: flo
                 console.print(escape(step_line(step)))
 
     ended = wait_for_end(store, run_id, timeout_s=timeout_s, on_poll=show)
-    if ended is None:
-        return Result(status=ResultStatus.FAILED, run_id=run_id, error_code=ErrorCode.DEADLINE,
-                      message=f"gave up waiting after {timeout_s:g}s; the run goes on: agentfleet status {run_id}")
-    return Result.model_validate(ended.result)
+    return None if ended is None else Result.model_validate(ended.result)
 
 
 def describe_run(store: Store, run_id: str) -> dict[str, Any] | None:

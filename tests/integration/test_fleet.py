@@ -177,3 +177,7 @@ def test_the_cli_submits_follows_and_shows_a_run(fleet: WorkerProcs) -> None:
     assert cli("status", "no-such-run").returncode == 2
     queued = cli("submit", "repo_report", "--input", '{"path": "proj"}', "--json")
     assert queued.returncode == 0 and json.loads(queued.stdout)["run_id"]
+    bad = cli("submit", "repo_report", "--input", '{"path": 3}', "--json")
+    assert bad.returncode == 1 and json.loads(bad.stdout)["error_code"] == "INPUT_INVALID"
+    waited = cli("submit", "slow_side_effect", "--wait", "--timeout", "0.5", "--json")
+    assert waited.returncode == 3 and json.loads(waited.stdout)["status"] == "running"
