@@ -59,7 +59,7 @@ def upgrade(url: str, revision: str = "head") -> None:
 def scratch_database(admin_url: str, prefix: str = "agentfleet_scratch") -> Iterator[str]:
     """A new Postgres database migrated to head, dropped afterwards (tests, benchmarks)."""
     name = f"{prefix}_{uuid.uuid4().hex[:10]}"
-    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
+    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT", pool_pre_ping=True)  # outlives a restart
     try:
         with admin.connect() as conn:
             conn.execute(text(f'CREATE DATABASE "{name}"'))

@@ -101,14 +101,14 @@ def run_event(task: EventTask, raw: Any) -> str:
         return "dead-lettered"
     assert task.handler is not None
     with log_context(run_id=env.run_id, trace_id=env.trace_id, event_id=env.event_id, event=str(env.type)):
-        stored = rt.store.processed_outbox(env.event_id, task.role)
-        if stored is not None:
-            rt.publisher.publish(decode(e) for e in stored)
-            log.info("duplicate event: republished its stored outcome", extra={"events": len(stored)})
-            return "duplicate"
         step = Step(rt, env, task.role, task.request.hostname or "unknown",
                     bool((task.request.delivery_info or {}).get("redelivered")))
         try:
+            stored = rt.store.processed_outbox(env.event_id, task.role)
+            if stored is not None:
+                rt.publisher.publish(decode(e) for e in stored)
+                log.info("duplicate event: republished its stored outcome", extra={"events": len(stored)})
+                return "duplicate"
             events = task.handler(step)
             rt.publisher.publish(events)
         except Exception as exc:

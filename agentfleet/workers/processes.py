@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -29,12 +30,24 @@ class WorkerProcesses:
     def start(self, role: str, *extra: str) -> subprocess.Popen[bytes]:
         index = len(self.procs)
         log = (self.logdir / f"{role}-{index}.log").open("wb")
-        proc = subprocess.Popen(
+        proc = subprocess.Popen(  # a session of its own: a kill takes a prefork worker's children too
             [sys.executable, "-m", "agentfleet.cli", "worker", role, "--hostname", self.name(role, index), *extra],
-            env=self.env, stdout=log, stderr=subprocess.STDOUT, cwd=self.cwd,
+            env=self.env, stdout=log, stderr=subprocess.STDOUT, cwd=self.cwd, start_new_session=True,
         )
         self.procs.append((self.name(role, index), proc))
         return proc
+
+    def kill(self, name: str) -> bool:
+        """SIGKILL a worker and every process it started (as a machine or container dying would)."""
+        proc = next((p for n, p in self.procs if n == name and p.poll() is None), None)
+        if proc is None:
+            return False
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            return False
+        proc.wait()
+        return True
 
     def pid_of(self, name: str) -> int | None:
         return next((p.pid for n, p in self.procs if n == name and p.poll() is None), None)
