@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from agentfleet.store import Store, make_engine
 from agentfleet.workers.processes import WorkerProcesses as WorkerProcs
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -61,6 +62,14 @@ def pg_url() -> Iterator[str]:
 
     with scratch_database(PG_ADMIN_URL, prefix="agentfleet_test") as url:
         yield url
+
+
+@pytest.fixture
+def store(pg_url: str) -> Iterator[Store]:
+    """The session database's store, as the workers see it."""
+    engine = make_engine(pg_url)
+    yield Store(engine)
+    engine.dispose()
 
 
 @pytest.fixture

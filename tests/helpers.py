@@ -5,12 +5,28 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pika
+from sqlalchemy import text
 
-from agentfleet.store.repository import RunRecord, Store
+from agentfleet.store.repository import RunRecord, Store, lock_id
 from agentfleet.workers.progress import wait_for_end
+
+
+@contextmanager
+def step_held(store: Store, key: str) -> Iterator[None]:
+    """Hold a step's advisory lock from here, as a SIGKILLed worker's session does until Postgres closes it."""
+    with store.engine.connect() as holder:
+        holder.execute(text("SELECT pg_advisory_lock(:k)"), {"k": lock_id(key)})
+        holder.commit()
+        try:
+            yield
+        finally:
+            holder.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": lock_id(key)})
+            holder.commit()
 
 
 def wait_for_run(store: Store, run_id: str, timeout: float = 60.0) -> RunRecord:

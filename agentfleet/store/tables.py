@@ -44,7 +44,6 @@ runs = Table(
     Column("redrives", Integer, nullable=False, default=0, server_default="0"),  # times the sweeper re-drove it
     Column("redriven_at", Ts),
     UniqueConstraint("agent", "goal_id", name="uq_runs_agent_goal"),
-    Index("ix_runs_state_updated", "state", "updated_at"),
 )
 
 # One row per step attempt-set: intent (status started) before side effects, outcome after.

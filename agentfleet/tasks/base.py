@@ -28,8 +28,6 @@ from agentfleet.tasks.runtime import Runtime, runtime_for
 
 log = logging.getLogger(__name__)
 
-__all__ = ["EventTask", "InFlight", "Step", "end_run", "result_of", "run_event"]
-
 
 @dataclass
 class Step:

@@ -30,19 +30,43 @@ class Inbox:
         self.rt = rt
 
     def on_goal(self, message: Message) -> None:
-        self._answer(message, lambda: self._admit(message))
+        self._settle(message)
 
     def on_undecodable(self, message: Message, exc: Exception) -> None:
         """kombu could not decompress or decode the body (an unknown codec, a bomb): answer, don't crash."""
         code = exc.code if isinstance(exc, AgentfleetError) else ErrorCode.MALFORMED_MESSAGE
         reason = exc.message if isinstance(exc, AgentfleetError) else f"body could not be decoded: {exc}"
-        self._answer(message, lambda: _raise(GoalRejected(reason, code=code)))
+        self._settle(message, GoalRejected(reason, code=code))
 
     def on_unroutable(self, message: Message) -> None:
-        routing_key = _routing_key(message)
-        self._answer(message, lambda: _raise(GoalRejected(
-            f"routing key {routing_key!r} matches no inbox binding (goals use {GOAL_ROUTING_PREFIX}<agent>)",
-            code=ErrorCode.UNROUTABLE)))
+        self._settle(message, GoalRejected(
+            f"routing key {_routing_key(message)!r} matches no inbox binding (goals use "
+            f"{GOAL_ROUTING_PREFIX}<agent>)", code=ErrorCode.UNROUTABLE))
+
+    def _settle(self, message: Message, rejection: GoalRejected | None = None) -> None:
+        """Admit (or refuse with ``rejection``), then ack. Whatever fails, the consumer goes on."""
+        try:
+            try:
+                if rejection is not None:
+                    raise rejection
+                self._admit(message)
+            except GoalRejected as exc:
+                self._reject(message, exc.code, exc.message)
+            except BrokerUnreachable:
+                raise
+            except Exception as exc:
+                log.exception("inbox message could not be handled")
+                self._reject(message, ErrorCode.INTERNAL, f"admission failed: {type(exc).__name__}: {exc}")
+        except BrokerUnreachable:
+            log.warning("broker unreachable while answering; the message stays unacked and comes back")
+            return
+        except Exception:
+            # Not even the rejection could be sent: hand the message to the inbox's dead-letter
+            # exchange as it is (the broker records why), rather than lose it or stop the consumer.
+            log.exception("inbox message could not be answered; rejected to the dead-letter exchange")
+            _quietly(message.reject, requeue=False)
+            return
+        _quietly(message.ack)
 
     def _admit(self, message: Message) -> None:
         settings = self.rt.settings
@@ -55,28 +79,12 @@ class Inbox:
                      encoding=message.content_encoding)
         assert goal.goal_id is not None
         try:  # the common case; the planner checks again for copies that race each other here
-            check_conflict(goal.goal_id, goal.input, self.rt.store.get_run(run_id_for(goal.agent, goal.goal_id)))
-        except GoalRejected:
-            raise
+            existing = self.rt.store.get_run(run_id_for(goal.agent, goal.goal_id))
         except Exception as exc:  # database away: admission goes on, the planner's check still stands
             log.warning("goal conflict check skipped: %s", exc)
+            existing = None
+        check_conflict(goal.goal_id, goal.input, existing)
         self.rt.publisher.publish([goal_event(goal, reply_to=reply_to, correlation_id=correlation_id)])
-
-    def _answer(self, message: Message, work: Any) -> None:
-        try:
-            work()
-        except GoalRejected as exc:
-            self._reject(message, exc.code, exc.message)
-        except BrokerUnreachable:
-            log.warning("broker unreachable while admitting; the message stays unacked and comes back")
-            return
-        except Exception as exc:
-            log.exception("inbox message could not be handled")
-            self._reject(message, ErrorCode.INTERNAL, f"admission failed: {type(exc).__name__}: {exc}")
-        try:
-            message.ack()
-        except Exception:
-            log.warning("ack failed (connection lost); the message comes back and is answered again")
 
     def _reject(self, message: Message, code: ErrorCode, reason: str) -> None:
         body = message.body if isinstance(message.body, bytes) else str(message.body).encode()
@@ -99,8 +107,11 @@ class Inbox:
         )
 
 
-def _raise(exc: Exception) -> None:
-    raise exc
+def _quietly(settle: Any, **kwargs: Any) -> None:
+    try:
+        settle(**kwargs)
+    except Exception:  # the channel is gone: the broker redelivers the message on the next one
+        log.warning("ack or reject failed (connection lost); the message comes back")
 
 
 def _routing_key(message: Message) -> str:

@@ -5,23 +5,13 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from agentfleet import constants as C
 from agentfleet.errors import ErrorCode
-from agentfleet.store import Store, make_engine
+from agentfleet.store import Store
 from tests.conftest import WorkerProcs
 from tests.helpers import AmqpClient
-
-
-@pytest.fixture
-def store(pg_url: str) -> Iterator[Store]:
-    engine = make_engine(pg_url)
-    yield Store(engine)
-    engine.dispose()
 
 
 def test_a_non_idempotent_call_cut_short_becomes_unknown_outcome_not_a_second_call(

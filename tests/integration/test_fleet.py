@@ -11,16 +11,9 @@ import pytest
 
 from agentfleet import constants as C
 from agentfleet.errors import ErrorCode
-from agentfleet.store import Store, make_engine
+from agentfleet.store import Store
 from tests.conftest import WorkerProcs
 from tests.helpers import AmqpClient
-
-
-@pytest.fixture
-def store(pg_url: str) -> Iterator[Store]:
-    engine = make_engine(pg_url)
-    yield Store(engine)
-    engine.dispose()
 
 
 @pytest.fixture

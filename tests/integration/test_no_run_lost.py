@@ -4,25 +4,13 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
-from sqlalchemy import text
 
 from agentfleet import constants as C
 from agentfleet.loop.keys import idempotency_key, run_id_for
-from agentfleet.store import Store, make_engine
-from agentfleet.store.repository import lock_id
+from agentfleet.store import Store
 from tests.conftest import WorkerProcs
-from tests.helpers import AmqpClient
-
-
-@pytest.fixture
-def store(pg_url: str) -> Iterator[Store]:
-    engine = make_engine(pg_url)
-    yield Store(engine)
-    engine.dispose()
+from tests.helpers import AmqpClient, step_held
 
 
 def test_a_step_whose_lock_outlives_a_dead_holder_is_retried_until_it_runs(
@@ -39,9 +27,7 @@ def test_a_step_whose_lock_outlives_a_dead_holder_is_retried_until_it_runs(
     goal_id = f"held-{uuid.uuid4().hex}"
     run_id = run_id_for("single", goal_id)
     key = idempotency_key(run_id, 0, "tool", "w1")
-    with store.engine.connect() as holder:
-        holder.execute(text("SELECT pg_advisory_lock(:k)"), {"k": lock_id(key)})
-        holder.commit()
+    with step_held(store, key):
         client = AmqpClient()
         corr = client.publish_goal(namespace, "goal.single", {"agent": "single", "input": {}, "goal_id": goal_id})
         deadline = time.monotonic() + 30
@@ -49,8 +35,6 @@ def test_a_step_whose_lock_outlives_a_dead_holder_is_retried_until_it_runs(
             time.sleep(0.1)
         assert "step will be retried" in workers.logs()
         time.sleep(2)
-        holder.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": lock_id(key)})
-        holder.commit()
     result = client.replies(1, timeout=60).get(corr)
     client.close()
     assert result is not None and result["status"] == "succeeded", workers.logs()

@@ -8,26 +8,14 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
-from sqlalchemy import text
 
 from agentfleet import constants as C
 from agentfleet.loop.keys import idempotency_key, run_id_for
 from agentfleet.loop.states import RunState
-from agentfleet.store import Store, make_engine
-from agentfleet.store.repository import lock_id
+from agentfleet.store import Store
 from tests.conftest import ROOT, WorkerProcs
-from tests.helpers import AmqpClient
-
-
-@pytest.fixture
-def store(pg_url: str) -> Iterator[Store]:
-    engine = make_engine(pg_url)
-    yield Store(engine)
-    engine.dispose()
+from tests.helpers import AmqpClient, step_held
 
 
 def _until(predicate, timeout: float = 30.0) -> None:  # type: ignore[no-untyped-def]
@@ -89,13 +77,9 @@ def test_a_holder_whose_lock_outlived_its_acked_message_does_not_strand_the_run(
     run_id = run_id_for("single", goal_id)
     key = idempotency_key(run_id, 0, "tool", "w1")
     client = AmqpClient()
-    with store.engine.connect() as holder:
-        holder.execute(text("SELECT pg_advisory_lock(:k)"), {"k": lock_id(key)})
-        holder.commit()
+    with step_held(store, key):
         corr = client.publish_goal(namespace, "goal.single", {"agent": "single", "input": {}, "goal_id": goal_id})
         _until(lambda: "leaving it to its holder" in workers.logs())
-        holder.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": lock_id(key)})
-        holder.commit()
     result = client.replies(1, timeout=60).get(corr)
     client.close()
     assert result is not None and result["status"] == "succeeded", workers.logs()
