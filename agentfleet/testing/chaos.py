@@ -170,8 +170,8 @@ class Chaos:
     # -- goals in, Results out ----------------------------------------------------------
 
     def _submit(self) -> None:
-        """Publish every goal (confirmed, retried through broker outages) over the first half of the faults."""
-        spacing = self.config.duration_s / 2 / max(1, self.config.runs)
+        """Publish every goal (confirmed, retried through broker outages) across the faults, so each meets work."""
+        spacing = self.config.duration_s * 0.9 / max(1, self.config.runs)
         inbox = self.topology.inbox
         with Connection(self.settings.broker_url, transport_options={"confirm_publish": True}) as conn:
             producer = conn.Producer()
@@ -227,9 +227,11 @@ class Chaos:
         monitors = []
         for at, kind in sorted(plan):
             time.sleep(max(0.0, at - (time.monotonic() - self.started)))
+            began = time.monotonic()
             fault = self._strike(kind)
             self.report.faults.append(fault)
-            monitor = threading.Thread(target=self._measure_recovery, args=(fault, datetime.now(UTC)), daemon=True)
+            over = datetime.now(UTC)  # activity counts once the fault is over (a restart done, a worker dead)
+            monitor = threading.Thread(target=self._measure_recovery, args=(fault, over, began), daemon=True)
             monitor.start()
             monitors.append(monitor)
         time.sleep(max(0.0, cfg.duration_s - (time.monotonic() - self.started)))
@@ -275,16 +277,17 @@ class Chaos:
     def _restart(self, command: list[list[str]] | None) -> str:
         if command is None:
             return "skipped: no rabbitmqctl / pg_ctlcluster on this machine"
+        began = time.monotonic()
         for argv in command:
             done = subprocess.run(argv, capture_output=True, text=True, timeout=180)
             if done.returncode != 0:
                 return f"{' '.join(argv)} failed: {done.stderr.strip()[:200]}"
-        return "restarted"
+        return f"restarted (down {time.monotonic() - began:.1f}s)"
 
-    def _measure_recovery(self, fault: Fault, struck: datetime) -> None:
-        """Seconds until every run live when the fault struck shows activity after it (or ends)."""
+    def _measure_recovery(self, fault: Fault, struck: datetime, started: float) -> None:
+        """Seconds from the fault's start (a restart's outage included) until every run live when it was over
+        (``struck``) has shown activity since, or ended."""
         terminal = [s.value for s in TERMINAL]
-        started = time.monotonic()
         ids: list[str] | None = None
         limit = self.config.duration_s + self.config.settle_s
         while time.monotonic() - started < limit and not self._stop.is_set():
