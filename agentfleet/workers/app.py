@@ -49,6 +49,11 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "broker_url": settings.effective_broker_url,
         "broker_transport_options": transport_options,
         "broker_connection_retry_on_startup": True,
+        # After losing the broker, a worker reconnects by itself (Celery's consumer blueprint restarts),
+        # up to 100 tries with growing waits: long enough to ride out a RabbitMQ restart or upgrade.
+        # Tasks in hand when the connection went are redelivered by the broker: their acks are lost.
+        "broker_connection_retry": True,
+        "broker_connection_max_retries": 100,
         # After a broker restart Celery lowers the prefetch count and restores it from inside an
         # ack; on a py-amqp channel shared by pool threads that blocked the planner for minutes
         # (celery/celery#9512). Prefetch is 1 anyway: nothing to reduce.
