@@ -93,6 +93,13 @@ class GoalRejected(AgentfleetError):
     """A goal cannot become a run (malformed, unknown agent, invalid input)."""
 
 
+class AgentNotLoaded(AgentfleetError):
+    """This worker does not load the event's agent (workers disagree, as in a rolling deploy): another may."""
+
+    code = ErrorCode.UNKNOWN_AGENT
+    retryable = True
+
+
 class MalformedEvent(AgentfleetError):
     """An internal message whose envelope does not validate."""
 

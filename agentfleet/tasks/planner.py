@@ -15,7 +15,7 @@ from tenacity import retry, retry_if_exception, stop_after_attempt, wait_exponen
 
 from agentfleet.config.agents import Agent
 from agentfleet.context.builder import build_messages
-from agentfleet.errors import RECOVERY_SUGGESTIONS, AgentfleetError, ErrorCode, GoalRejected
+from agentfleet.errors import RECOVERY_SUGGESTIONS, AgentfleetError, AgentNotLoaded, ErrorCode, GoalRejected
 from agentfleet.events.contracts import Result, ResultStatus
 from agentfleet.events.envelope import (
     Envelope,
@@ -45,8 +45,8 @@ def on_goal_submitted(step: Step) -> list[Envelope]:
     agent = step.rt.agent(goal.agent)
     if agent is None or schema_errors(agent.goal_schema, goal.input):
         # Admission validates before publishing; reaching here means workers disagree on agents.
-        raise AgentfleetError(f"goal for {goal.agent!r} reached the planner but does not admit here",
-                              code=ErrorCode.UNKNOWN_AGENT)
+        raise AgentNotLoaded(f"goal for {goal.agent!r} reached a planner that does not load it (or admits its "
+                             "input differently)")
     limits = agent.limits.tightened_by(goal.limits)
     with store.tx() as conn:
         store.create_run(
@@ -89,7 +89,7 @@ def on_observation_recorded(step: Step) -> list[Envelope]:
     store = step.rt.store
     agent = step.rt.agent(obs.agent)
     if agent is None:
-        raise AgentfleetError(f"agent {obs.agent!r} is not loaded by this planner", code=ErrorCode.UNKNOWN_AGENT)
+        raise AgentNotLoaded(f"agent {obs.agent!r} is not loaded by this planner")
     nxt = obs.iteration + 1
     with store.tx() as conn:
         run = store.get_run(step.env.run_id, conn, lock=True)

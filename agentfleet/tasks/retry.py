@@ -1,7 +1,8 @@
 """When a step that failed for a passing reason is tried again: one policy, decided per error.
 
 Transient means the same step may succeed later without any change: the database or the
-broker was unreachable, or another worker holds the step right now. Everything else is a
+broker was unreachable, another worker holds the step right now, or this worker lacks an
+agent that another may load. Everything else is a
 bug or a bad message, and is not retried (it is dead-lettered with its reason). Retries go
 through the broker with a countdown, so a waiting step holds no worker slot.
 """
@@ -15,7 +16,7 @@ from sqlalchemy.exc import DBAPIError, InterfaceError
 from sqlalchemy.exc import OperationalError as DatabaseUnreachable
 
 from agentfleet.constants import STEP_RETRY_FIRST_DELAY_S
-from agentfleet.errors import BrokerError
+from agentfleet.errors import AgentfleetError
 
 
 class InFlight(Exception):
@@ -23,8 +24,10 @@ class InFlight(Exception):
 
 
 def is_transient(exc: BaseException) -> bool:
-    if isinstance(exc, InFlight | DatabaseUnreachable | InterfaceError | BrokerUnreachable | BrokerError):
+    if isinstance(exc, InFlight | DatabaseUnreachable | InterfaceError | BrokerUnreachable):
         return True
+    if isinstance(exc, AgentfleetError):  # our own errors say so themselves (BrokerError, AgentNotLoaded)
+        return exc.retryable
     return isinstance(exc, DBAPIError) and bool(exc.connection_invalidated)
 
 

@@ -40,3 +40,31 @@ def test_a_step_whose_lock_outlives_a_dead_holder_is_retried_until_it_runs(
     assert result is not None and result["status"] == "succeeded", workers.logs()
     assert (tmp_path / f"ledger-{run_id}.txt").read_text().count(":only:") == 1
     assert [s["attempts"] for s in store.steps(run_id) if s["kind"] == "tool"] == [1]
+
+
+def test_a_goal_that_no_planner_can_take_ends_with_a_result_and_a_reasoned_dead_letter(
+    workers: WorkerProcs, namespace: str, store: Store
+) -> None:
+    """The inbox admitted it, but the planner that gets it does not load the agent (a rolling deploy gone
+    wrong): it is retried for the window in case another planner does, then answered, never left silent."""
+    from agentfleet.config.settings import get_settings
+    from agentfleet.events.contracts import Goal
+    from agentfleet.tasks.admission import goal_event
+    from agentfleet.workers.client import FleetClient
+
+    workers.env.update(AGENTFLEET_AGENTS="agentfleet.examples.repo_report", AGENTFLEET_STEP_RETRY_WINDOW_S="1")
+    for role in C.ROLES:
+        workers.start(role)
+    workers.wait_ready()
+    client = AmqpClient()
+    goal = Goal(agent="single", input={}, goal_id=f"orphan-{uuid.uuid4().hex}")
+    with FleetClient(get_settings()) as fleet:  # this process loads 'single'; its settings are the fleet's
+        fleet.rt.publisher.publish([goal_event(goal, reply_to=client.reply_queue, correlation_id="c1")])
+    reply = client.replies(1, timeout=60).get("c1")
+    dead = client.drain(f"{namespace}.dead", 1, timeout=10)
+    client.close()
+    assert reply is not None and reply["status"] == "rejected" and reply["error_code"] == "UNKNOWN_AGENT", reply
+    assert "does not load it" in reply["message"]
+    assert dead and dead[0][0].headers[C.HEADER_DEAD_ERROR_CODE] == "UNKNOWN_AGENT"
+    assert "step will be retried" in workers.logs()
+
