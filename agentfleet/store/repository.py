@@ -145,9 +145,12 @@ class Store:
                 if got:
                     conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": lock_id(key)})
                     conn.commit()
-            except Exception:
-                conn.invalidate()  # never hand a connection holding a lock back to the pool
-                raise
+            except Exception as exc:
+                # Never hand a connection holding a lock back to the pool: closed, its session ends and
+                # the lock with it. Not raised: it would replace what the step itself raised (an outcome
+                # to carry through a database outage).
+                conn.invalidate()
+                log.warning("step lock released by closing its connection: %s", exc)
             finally:
                 conn.close()
 

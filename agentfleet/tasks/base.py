@@ -23,7 +23,7 @@ from agentfleet.logs import log_context
 from agentfleet.loop.keys import derived_event_id
 from agentfleet.loop.states import RunState, is_terminal
 from agentfleet.store.repository import RunRecord
-from agentfleet.tasks.retry import InFlight, is_transient, max_retries, retry_delay
+from agentfleet.tasks.retry import CommitPending, InFlight, is_transient, max_retries, retry_delay
 from agentfleet.tasks.runtime import Runtime, runtime_for
 
 log = logging.getLogger(__name__)
@@ -38,6 +38,7 @@ class Step:
     role: str
     worker: str
     redelivered: bool = False
+    carried: dict[str, Any] | None = None  # an outcome an earlier attempt knew but could not commit
 
     def commit(self, conn: Connection, events: list[Envelope]) -> list[Envelope]:
         """Mark the event handled, storing what it produced, in the caller's transaction."""
@@ -84,7 +85,7 @@ class EventTask(Task):
     handler: Handler | None = None
 
 
-def run_event(task: EventTask, raw: Any) -> str:
+def run_event(task: EventTask, raw: Any, carried: dict[str, Any] | None = None) -> str:
     rt = runtime_for(task.app)
     try:
         env = decode(raw)
@@ -100,7 +101,7 @@ def run_event(task: EventTask, raw: Any) -> str:
     assert task.handler is not None
     with log_context(run_id=env.run_id, trace_id=env.trace_id, event_id=env.event_id, event=str(env.type)):
         step = Step(rt, env, task.role, task.request.hostname or "unknown",
-                    bool((task.request.delivery_info or {}).get("redelivered")))
+                    bool((task.request.delivery_info or {}).get("redelivered")), carried)
         try:
             stored = rt.store.processed_outbox(env.event_id, task.role)
             if stored is not None:
@@ -135,7 +136,10 @@ def _retry_later(task: EventTask, step: Step, exc: Exception) -> str:
     delay = retry_delay(attempt, settings.step_retry_max_delay_s)
     log.info("step will be retried: %s", exc, extra={"retry_in_s": round(delay, 3), "retries": attempt,
                                                     "transient": type(exc).__name__})
-    raise task.retry(exc=exc, countdown=delay)
+    kwargs = {**(task.request.kwargs or {})}
+    if isinstance(exc, CommitPending):
+        kwargs["carried"] = exc.carry
+    raise task.retry(exc=exc, countdown=delay, kwargs=kwargs)
 
 
 def _failed_for_good(step: Step, exc: Exception) -> str:

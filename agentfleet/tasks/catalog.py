@@ -27,8 +27,8 @@ assert set(HANDLERS) == set(CONSUMERS), "every consumed event type has exactly o
 def register_tasks(app: Celery) -> None:
     for event_type, handler in HANDLERS.items():
 
-        def task(self: EventTask, envelope: Any) -> str:
-            return run_event(self, envelope)
+        def task(self: EventTask, envelope: Any, carried: dict[str, Any] | None = None) -> str:
+            return run_event(self, envelope, carried)
 
         task.__name__ = task.__qualname__ = str(event_type).replace(".", "_")
         task.__doc__ = f"Handle {event_type} ({CONSUMERS[event_type]} role)."

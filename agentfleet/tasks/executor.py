@@ -15,7 +15,7 @@ from agentfleet.harness.runner import run_tool
 from agentfleet.harness.tool import ToolContext
 from agentfleet.loop.transcript import ToolResult
 from agentfleet.tasks.base import Step
-from agentfleet.tasks.retry import InFlight
+from agentfleet.tasks.retry import CommitPending, InFlight, is_transient
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +34,8 @@ def on_tool_requested(step: Step) -> list[Envelope]:
         )
         if record.status != "started":
             result = ToolResult.model_validate(record.output)  # finished before: never run it again
+        elif step.carried is not None:
+            result = ToolResult.model_validate(step.carried["tool_result"])  # ran before an outage: commit it
         else:
             result = _attempt(step, req, record.attempts)
         finished = ToolFinished(
@@ -42,10 +44,15 @@ def on_tool_requested(step: Step) -> list[Envelope]:
         )
         event_type = EventType.TOOL_COMPLETED if result.ok else EventType.TOOL_FAILED
         event = step.event(event_type, finished, key=(req.iteration, req.call.id, "finished"))
-        with store.tx() as conn:
-            store.finish_step(conn, key, status="succeeded" if result.ok else "failed",
-                              output=result.model_dump(mode="json"), duration_ms=result.duration_ms)
-            return step.commit(conn, [event])
+        try:
+            with store.tx() as conn:
+                store.finish_step(conn, key, status="succeeded" if result.ok else "failed",
+                                  output=result.model_dump(mode="json"), duration_ms=result.duration_ms)
+                return step.commit(conn, [event])
+        except Exception as exc:
+            if record.status == "started" and is_transient(exc) and not isinstance(exc, InFlight):
+                raise CommitPending({"tool_result": result.model_dump(mode="json")}, exc) from exc
+            raise
 
 
 def _attempt(step: Step, req: ToolRequested, attempt: int) -> ToolResult:

@@ -33,7 +33,7 @@ from agentfleet.models.base import ModelRequest
 from agentfleet.store.repository import RunRecord
 from agentfleet.tasks.admission import check_conflict
 from agentfleet.tasks.base import Step, end_run, result_of
-from agentfleet.tasks.retry import InFlight
+from agentfleet.tasks.retry import CommitPending, InFlight, is_transient
 
 log = logging.getLogger(__name__)
 
@@ -122,30 +122,45 @@ def _plan(step: Step, agent: Agent, run: RunRecord, *, iteration: int, new_messa
         if record.status != "started":
             with store.tx() as conn:  # planned by an earlier handling that already committed its events
                 return step.commit(conn, [])
-        if record.attempts > step.rt.settings.max_step_attempts:
-            msg = f"planning iteration {iteration} crashed its worker {record.attempts - 1} times"
-            return _end(step, run, new_messages, iteration, None, ResultStatus.FAILED, ErrorCode.POISON_MESSAGE, msg)
         history = store.transcript(run.run_id)
-        request = ModelRequest(
-            run_id=run.run_id, agent=agent.name, iteration=iteration, goal=run.input, tools=agent.tool_specs(),
-            messages=build_messages(agent.instructions, run.input, history + new_messages,
-                                    budget_tokens=limits.max_tokens),
-        )
-        started = time.perf_counter()
+        if step.carried is not None:  # the model answered before a database outage: commit that answer
+            planned = Planned(ModelTurn.model_validate(step.carried["turn"]), float(step.carried["duration_ms"]))
+        else:
+            if record.attempts > step.rt.settings.max_step_attempts:
+                msg = f"planning iteration {iteration} crashed its worker {record.attempts - 1} times"
+                return _end(step, run, new_messages, iteration, None, ResultStatus.FAILED, ErrorCode.POISON_MESSAGE,
+                            msg)
+            request = ModelRequest(
+                run_id=run.run_id, agent=agent.name, iteration=iteration, goal=run.input, tools=agent.tool_specs(),
+                messages=build_messages(agent.instructions, run.input, history + new_messages,
+                                        budget_tokens=limits.max_tokens),
+            )
+            started = time.perf_counter()
+            try:
+                turn = _complete(agent, request)
+            except Exception as exc:
+                log.warning("model call failed: %s", exc, extra={"model": agent.model.name})
+                return _end(step, run, new_messages, iteration, None, ResultStatus.FAILED, ErrorCode.MODEL_ERROR,
+                            f"{agent.model.name}: {exc}")
+            planned = Planned(turn, round((time.perf_counter() - started) * 1000, 3))
         try:
-            turn = _complete(agent, request)
+            return _decide_and_commit(step, agent, run, new_messages, iteration, planned, history)
         except Exception as exc:
-            log.warning("model call failed: %s", exc, extra={"model": agent.model.name})
-            return _end(step, run, new_messages, iteration, None, ResultStatus.FAILED, ErrorCode.MODEL_ERROR,
-                        f"{agent.model.name}: {exc}")
-        planned = Planned(turn, round((time.perf_counter() - started) * 1000, 3))
-        decision = decide(turn, agent.result_schema, plan_signatures(history))
-        if isinstance(decision, Finish):
-            return _end(step, run, new_messages, iteration, planned, ResultStatus.SUCCEEDED, output=decision.output)
-        if isinstance(decision, Fail):
-            message = decision.message + (": " + "; ".join(decision.details) if decision.details else "")
-            return _end(step, run, new_messages, iteration, planned, ResultStatus.FAILED, decision.code, message)
-        return _dispatch(step, run, new_messages, iteration, planned, decision)
+            if is_transient(exc) and not isinstance(exc, InFlight):
+                raise CommitPending({"turn": planned.turn.model_dump(mode="json"),
+                                     "duration_ms": planned.duration_ms}, exc) from exc
+            raise
+
+
+def _decide_and_commit(step: Step, agent: Agent, run: RunRecord, new_messages: list[Message], iteration: int,
+                       planned: Planned, history: list[Message]) -> list[Envelope]:
+    decision = decide(planned.turn, agent.result_schema, plan_signatures(history))
+    if isinstance(decision, Finish):
+        return _end(step, run, new_messages, iteration, planned, ResultStatus.SUCCEEDED, output=decision.output)
+    if isinstance(decision, Fail):
+        message = decision.message + (": " + "; ".join(decision.details) if decision.details else "")
+        return _end(step, run, new_messages, iteration, planned, ResultStatus.FAILED, decision.code, message)
+    return _dispatch(step, run, new_messages, iteration, planned, decision)
 
 
 @dataclasses.dataclass(frozen=True)

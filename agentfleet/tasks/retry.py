@@ -10,6 +10,7 @@ through the broker with a countdown, so a waiting step holds no worker slot.
 from __future__ import annotations
 
 import random
+from typing import Any
 
 from kombu.exceptions import OperationalError as BrokerUnreachable
 from sqlalchemy.exc import DBAPIError, InterfaceError
@@ -23,8 +24,20 @@ class InFlight(Exception):
     """Another worker holds this step right now: try again later, until it is free or its outcome exists."""
 
 
+class CommitPending(Exception):
+    """The step's outcome is known (a tool ran, the model answered) but could not be committed.
+
+    ``carry`` rides in the retried message, so the retry commits that outcome instead of finding
+    only the intent (which would make a non-idempotent call UNKNOWN_OUTCOME, or call the model again).
+    """
+
+    def __init__(self, carry: dict[str, Any], cause: BaseException) -> None:
+        super().__init__(f"outcome not committed yet: {cause}")
+        self.carry = carry
+
+
 def is_transient(exc: BaseException) -> bool:
-    if isinstance(exc, InFlight | DatabaseUnreachable | InterfaceError | BrokerUnreachable):
+    if isinstance(exc, InFlight | CommitPending | DatabaseUnreachable | InterfaceError | BrokerUnreachable):
         return True
     if isinstance(exc, AgentfleetError):  # our own errors say so themselves (BrokerError, AgentNotLoaded)
         return exc.retryable

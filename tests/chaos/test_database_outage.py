@@ -41,3 +41,30 @@ def test_runs_in_flight_ride_out_a_database_outage(workers: WorkerProcs, namespa
         assert len(entries) == len(set(entries))
     assert all(p.poll() is None for _, p in workers.procs)
     assert any("step will be retried" in log.read_text() for log in workers.logdir.glob("*.log"))
+
+
+def test_an_outcome_known_when_the_database_went_away_is_committed_when_it_returns(
+    workers: WorkerProcs, namespace: str, tmp_path: Path
+) -> None:
+    """The tool finished while Postgres was down: its result rides in the retried message, so the model gets
+    the real outcome, not UNKNOWN_OUTCOME, and the tool is not run again."""
+    assert shutil.which("pg_ctlcluster")
+    for role in C.ROLES:
+        workers.start(role)
+    workers.wait_ready()
+    client = AmqpClient()
+    corr = client.publish_goal(namespace, "goal.slow_side_effect", {"agent": "slow_side_effect", "input": {}})
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not list(tmp_path.glob("started-*.txt")):
+        time.sleep(0.05)
+    _pg_ctl("stop", "-m", "immediate")  # the tool sleeps 4 s, then writes and returns: into the outage
+    try:
+        time.sleep(8)
+    finally:
+        _pg_ctl("start")
+    result = client.replies(1, timeout=120).get(corr)
+    client.close()
+    assert result is not None and result["status"] == "succeeded", workers.logs()[-4000:]
+    assert result["output"]["seen"] == [{"ok": True, "output": {"written": "once"}}]
+    assert len(next(tmp_path.glob("ledger-*.txt")).read_text().splitlines()) == 1
+    assert len(next(tmp_path.glob("started-*.txt")).read_text().splitlines()) == 1
