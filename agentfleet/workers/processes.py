@@ -69,6 +69,10 @@ class WorkerProcesses:
                 raise RuntimeError(f"workers exited: {dead}; logs in {self.logdir}")
         raise TimeoutError(f"workers not ready: {wanted - seen}; logs in {self.logdir}")
 
+    def logged(self, text: str) -> bool:
+        """Whether any worker's whole log has ``text`` (``logs()`` keeps only each log's tail)."""
+        return any(text in p.read_text(errors="replace") for p in self.logdir.glob("*.log"))
+
     def logs(self) -> str:
         return "\n".join(p.read_text(errors="replace")[-4000:] for p in sorted(self.logdir.glob("*.log")))
 

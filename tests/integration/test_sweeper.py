@@ -79,9 +79,9 @@ def test_a_holder_whose_lock_outlived_its_acked_message_does_not_strand_the_run(
     client = AmqpClient()
     with step_held(store, key):
         corr = client.publish_goal(namespace, "goal.single", {"agent": "single", "input": {}, "goal_id": goal_id})
-        _until(lambda: "leaving it to its holder" in workers.logs())
+        _until(lambda: workers.logged("leaving it to its holder"))
     result = client.replies(1, timeout=60).get(corr)
     client.close()
     assert result is not None and result["status"] == "succeeded", workers.logs()
     assert (tmp_path / f"ledger-{run_id}.txt").read_text().count(":only:") == 1
-    assert "re-driving a stalled run" in workers.logs()
+    assert workers.logged("re-driving a stalled run")
