@@ -7,6 +7,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import pika
@@ -27,6 +28,17 @@ def step_held(store: Store, key: str) -> Iterator[None]:
         finally:
             holder.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": lock_id(key)})
             holder.commit()
+
+
+def tool_started(workspace: Path, timeout: float = 30.0) -> Path:
+    """The marker ``slow_append`` writes as it enters its call: from then on the call is in flight."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        marker = next(iter(workspace.glob("started-*.txt")), None)
+        if marker is not None:
+            return marker
+        time.sleep(0.05)
+    raise TimeoutError(f"no tool call started within {timeout}s")
 
 
 def wait_for_run(store: Store, run_id: str, timeout: float = 60.0) -> RunRecord:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from agentfleet import constants as C
 from tests.conftest import WorkerProcs
-from tests.helpers import AmqpClient
+from tests.helpers import AmqpClient, tool_started
 
 
 def _pg_ctl(action: str, *extra: str) -> None:
@@ -54,9 +54,7 @@ def test_an_outcome_known_when_the_database_went_away_is_committed_when_it_retur
     workers.wait_ready()
     client = AmqpClient()
     corr = client.publish_goal(namespace, "goal.slow_side_effect", {"agent": "slow_side_effect", "input": {}})
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and not list(tmp_path.glob("started-*.txt")):
-        time.sleep(0.05)
+    tool_started(tmp_path)
     _pg_ctl("stop", "-m", "immediate")  # the tool sleeps 4 s, then writes and returns: into the outage
     try:
         time.sleep(8)

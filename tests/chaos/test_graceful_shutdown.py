@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from pathlib import Path
 
 from agentfleet import constants as C
 from tests.conftest import WorkerProcs
-from tests.helpers import AmqpClient
+from tests.helpers import AmqpClient, tool_started
 
 
 def test_sigterm_mid_call_lets_the_call_finish_once_and_the_worker_exit_cleanly(
@@ -21,9 +20,7 @@ def test_sigterm_mid_call_lets_the_call_finish_once_and_the_worker_exit_cleanly(
     workers.wait_ready()
     client = AmqpClient()
     corr = client.publish_goal(namespace, "goal.slow_side_effect", {"agent": "slow_side_effect", "input": {}})
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and not list(tmp_path.glob("started-*.txt")):
-        time.sleep(0.05)
+    tool_started(tmp_path)
     os.kill(executor.pid, signal.SIGTERM)  # the tool sleeps 4 s before its side effect
     assert executor.wait(timeout=30) == 0, workers.logs()
     workers.start(C.EXECUTOR)  # in case anything was handed back: nothing should be

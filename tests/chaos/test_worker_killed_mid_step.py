@@ -11,7 +11,7 @@ from agentfleet import constants as C
 from agentfleet.errors import ErrorCode
 from agentfleet.store import Store
 from tests.conftest import WorkerProcs
-from tests.helpers import AmqpClient
+from tests.helpers import AmqpClient, tool_started
 
 
 def test_a_non_idempotent_call_cut_short_becomes_unknown_outcome_not_a_second_call(
@@ -24,12 +24,7 @@ def test_a_non_idempotent_call_cut_short_becomes_unknown_outcome_not_a_second_ca
     client = AmqpClient()
     corr = client.publish_goal(namespace, "goal.slow_side_effect", {"agent": "slow_side_effect", "input": {}})
 
-    marker = None
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and marker is None:
-        marker = next(iter(tmp_path.glob("started-*.txt")), None)
-        time.sleep(0.05)
-    assert marker is not None, workers.logs()
+    marker = tool_started(tmp_path)
     os.kill(victim.pid, signal.SIGKILL)  # mid-call: the tool is sleeping before its side effect
     victim.wait()
 
