@@ -175,7 +175,7 @@ def status(
 ) -> None:
     """Show a run's state, usage and steps from its checkpoint, and whether it looks stuck."""
     from agentfleet.store.repository import now
-    from agentfleet.tasks.sweeper import Action, assess
+    from agentfleet.tasks.sweeper import Action, assess, queue_depths
     from agentfleet.workers.progress import describe_run
 
     rt = _runtime(get_settings())
@@ -184,7 +184,7 @@ def status(
         err.print(f"no run {run_id}")
         raise typer.Exit(2)
     run = rt.store.get_run(run_id)
-    assessed = assess(rt, run, now()) if run is not None else None
+    assessed = assess(rt, run, now(), queue_depths(rt)) if run is not None else None
     stuck = None
     if assessed is not None and assessed[1].action != Action.WAIT:
         stuck = {"quiet_s": round(assessed[0], 1), "action": assessed[1].action.value, "reason": assessed[1].reason}

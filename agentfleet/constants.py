@@ -63,7 +63,8 @@ STEP_RETRY_WINDOW_S: Final = 300.0
 # Stuck runs: how long a live run may show no activity before the sweeper re-drives it.
 STALL_AFTER_S: Final = 120.0
 SWEEP_INTERVAL_S: Final = 15.0
-SWEEP_BATCH: Final = 200
+SWEEP_BATCH: Final = 200  # runs one sweep acts on at most
+SWEEP_PAGE: Final = 500  # quiet runs read per query
 
 # Tools.
 DEFAULT_TOOL_TIMEOUT_S: Final = 30.0

@@ -25,6 +25,25 @@ class Action(StrEnum):
     UNKNOWN = "unknown"  # nothing stored to re-drive from (said, never guessed at)
 
 
+# The role whose queue a run's next event waits in, by the run's state (waits have none).
+NEXT_CONSUMER: dict[RunState, str] = {
+    RunState.PENDING: "planner",
+    RunState.PLANNING: "planner",
+    RunState.OBSERVING: "planner",
+    RunState.EXECUTING: "executor",
+    RunState.SUCCEEDED: "observer",
+    RunState.FAILED: "observer",
+    RunState.CANCELLED: "observer",
+}
+
+
+def waiting_in_line(state: RunState, ready: dict[str, int]) -> int:
+    """How many messages wait, ready, in the queue the run's next event goes to. A run whose event
+    may simply be behind them is waiting its turn, not stalled: re-driving it would only add copies."""
+    role = NEXT_CONSUMER.get(state)
+    return ready.get(role, 0) if role else 0
+
+
 @dataclass(frozen=True)
 class Redrive:
     action: Action

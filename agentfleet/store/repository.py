@@ -310,9 +310,11 @@ class Store:
 
     # -- the sweeper's view -------------------------------------------------------------
 
-    def quiet_runs(self, before: datetime, limit: int) -> list[RunRecord]:
+    def quiet_runs(self, before: datetime, limit: int, after: tuple[datetime, str] | None = None
+                   ) -> list[RunRecord]:
         """Runs whose row has not changed (nor been re-driven) since ``before``: live ones, and ended
-        ones with a Result still owed to a reply_to. Oldest first."""
+        ones with a Result still owed to a reply_to. Oldest first, a page at a time (``after`` the
+        last one seen), so runs that are only waiting never hide stalled ones behind them."""
         owed = select(T.run_replies.c.run_id).where(T.run_replies.c.delivered_at.is_(None))
         live = T.runs.c.state.notin_([s.value for s in TERMINAL])
         stmt = (
@@ -320,9 +322,12 @@ class Store:
             .where(T.runs.c.updated_at < before,
                    (T.runs.c.redriven_at.is_(None)) | (T.runs.c.redriven_at < before),
                    live | T.runs.c.run_id.in_(owed))
-            .order_by(T.runs.c.updated_at)
+            .order_by(T.runs.c.updated_at, T.runs.c.run_id)
             .limit(limit)
         )
+        if after is not None:
+            stmt = stmt.where((T.runs.c.updated_at > after[0])
+                              | ((T.runs.c.updated_at == after[0]) & (T.runs.c.run_id > after[1])))
         with self.engine.connect() as conn:
             return [RunRecord.from_row(r) for r in conn.execute(stmt).all()]
 

@@ -11,11 +11,11 @@ import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from agentfleet.constants import SWEEP_BATCH
+from agentfleet.constants import SWEEP_BATCH, SWEEP_PAGE
 from agentfleet.errors import RECOVERY_SUGGESTIONS, ErrorCode
 from agentfleet.events.contracts import ResultStatus
 from agentfleet.events.envelope import Envelope, EventType, GoalSubmitted, decode
-from agentfleet.loop.recovery import Action, Redrive, plan_redrive
+from agentfleet.loop.recovery import Action, Redrive, plan_redrive, waiting_in_line
 from agentfleet.loop.states import RunState, is_terminal
 from agentfleet.store.repository import RunRecord, now
 from agentfleet.tasks.base import ended_event, result_of
@@ -40,8 +40,23 @@ class Finding:
     events: int
 
 
-def assess(rt: Runtime, run: RunRecord, at: datetime) -> tuple[float, Redrive] | None:
-    """How long the run has been quiet and what to do, or None while it shows signs of life."""
+def queue_depths(rt: Runtime) -> dict[str, int]:
+    """Messages ready in each role's queue, read once per sweep (unknown, if the broker is away: none)."""
+    try:
+        with rt.publisher.app.connection_for_write() as conn:
+            conn.ensure_connection(max_retries=1)
+            channel = conn.default_channel
+            return {role: queue.bind(channel).queue_declare(passive=True).message_count
+                    for role, queue in rt.topology.role_queues.items()}
+    except Exception as exc:
+        log.warning("queue depths unknown: %s", exc)
+        return {}
+
+
+def assess(rt: Runtime, run: RunRecord, at: datetime, ready: dict[str, int]) -> tuple[float, Redrive] | None:
+    """How long the run has been quiet and what to do, or None while it shows signs of life or waits its turn."""
+    if waiting_in_line(run.state, ready):
+        return None  # checked first: no query per run while a queue has a backlog
     quiet = (at - rt.store.last_activity(run)).total_seconds()
     if quiet < rt.settings.stall_after_s:
         return None
@@ -57,21 +72,27 @@ def assess(rt: Runtime, run: RunRecord, at: datetime) -> tuple[float, Redrive] |
 
 def sweep(rt: Runtime, *, dry_run: bool = False, at: datetime | None = None, limit: int = SWEEP_BATCH
           ) -> list[Finding] | None:
-    """One pass over the quiet runs; None when another sweeper holds the claim."""
+    """One pass over the quiet runs, acting on at most ``limit``; None when another sweeper holds the claim."""
     at = at or now()
     with rt.store.step_lock(SWEEP_LOCK) as claimed:
         if not claimed:
             return None
-        findings = []
-        for run in rt.store.quiet_runs(at - timedelta(seconds=rt.settings.stall_after_s), limit):
-            assessed = assess(rt, run, at)
-            if assessed is None or assessed[1].action == Action.WAIT:
-                continue
-            quiet, plan = assessed
-            if not dry_run:
-                _act(rt, run, plan)
-            findings.append(Finding(run.run_id, run.agent, run.state.value, run.iteration, round(quiet, 1),
-                                    plan.action, plan.reason, len(plan.events)))
+        ready = queue_depths(rt)
+        findings: list[Finding] = []
+        before, after = at - timedelta(seconds=rt.settings.stall_after_s), None
+        while len(findings) < limit and (page := rt.store.quiet_runs(before, SWEEP_PAGE, after)):
+            after = (page[-1].updated_at, page[-1].run_id)
+            for run in page:
+                assessed = assess(rt, run, at, ready)
+                if assessed is None or assessed[1].action == Action.WAIT:
+                    continue
+                quiet, plan = assessed
+                if not dry_run:
+                    _act(rt, run, plan)
+                findings.append(Finding(run.run_id, run.agent, run.state.value, run.iteration, round(quiet, 1),
+                                        plan.action, plan.reason, len(plan.events)))
+                if len(findings) >= limit:
+                    break
         return findings
 
 

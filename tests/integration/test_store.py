@@ -130,3 +130,29 @@ def test_a_step_lock_dies_with_the_process_that_held_it(pg_url: str) -> None:
     finally:
         holder.kill()
         store.engine.dispose()
+
+
+def test_quiet_runs_are_read_a_page_at_a_time_in_age_order(store: Store) -> None:
+    """The sweeper pages through quiet runs: one still waiting on the first page cannot hide one on the next."""
+    import uuid
+    from datetime import timedelta
+
+    from agentfleet.store.repository import now
+
+    prefix = f"quiet-{uuid.uuid4().hex[:6]}"
+    for i in range(5):
+        new_run(store, f"{prefix}-{i}")
+    later = now() + timedelta(seconds=1)
+    seen: list[str] = []
+    after = None
+    while page := store.quiet_runs(later, 2, after):
+        seen += [r.run_id for r in page]
+        after = (page[-1].updated_at, page[-1].run_id)
+    ours = [r for r in seen if r.startswith(prefix)]
+    assert sorted(ours) == [f"{prefix}-{i}" for i in range(5)] and len(seen) == len(set(seen))
+    with store.tx() as conn:
+        store.note_redrive(conn, f"{prefix}-0")
+    redriven = store.get_run(f"{prefix}-0")
+    assert redriven is not None and redriven.redrives == 1 and redriven.redriven_at is not None
+    quiet = [r.run_id for r in store.quiet_runs(redriven.redriven_at, 1000)]  # a stall counted from then on
+    assert f"{prefix}-0" not in quiet and f"{prefix}-1" in quiet

@@ -43,10 +43,11 @@ def test_a_run_whose_tool_request_was_lost_is_found_and_re_driven(
     corr = client.publish_goal(namespace, "goal.single", {"agent": "single", "input": {}, "goal_id": goal_id})
     queue = f"{namespace}.executor"
     _until(lambda: client.channel.queue_declare(queue, passive=True).method.message_count == 1)
-    client.channel.queue_purge(queue)  # the committed step's publish, lost
     time.sleep(1.5)
-
     env = {k: v for k, v in workers.env.items() if k.startswith("AGENTFLEET_") or k == "PYTHONPATH"}
+    waiting = json.loads(_cli(env, "sweep", "--dry-run", "--json").stdout)
+    assert [f for f in waiting if f["run_id"] == run_id] == []  # its request waits in line: not stalled
+    client.channel.queue_purge(queue)  # the committed step's publish, lost
     status = json.loads(_cli(env, "status", run_id, "--json").stdout)
     assert status["state"] == RunState.EXECUTING and status["stuck"]["action"] == "republish"
     dry = json.loads(_cli(env, "sweep", "--dry-run", "--json").stdout)  # the session's database has other runs

@@ -56,3 +56,13 @@ def test_an_ended_run_owing_its_result_sends_it_again() -> None:
     p = plan(RunState.SUCCEEDED, 1, owes_result=True, stored=stored)
     assert p.action == Action.REPUBLISH and [e["id"] for e in p.events] == ["end"]
     assert plan(RunState.SUCCEEDED, 1, stored=stored).action == Action.WAIT
+
+
+def test_a_run_whose_next_event_may_be_behind_a_backlog_is_waiting_not_stalled() -> None:
+    from agentfleet.loop.recovery import waiting_in_line
+
+    ready = {"planner": 0, "executor": 40, "observer": 0}
+    assert waiting_in_line(RunState.EXECUTING, ready) == 40
+    assert waiting_in_line(RunState.PLANNING, ready) == 0
+    assert waiting_in_line(RunState.WAITING_APPROVAL, ready) == 0
+    assert waiting_in_line(RunState.EXECUTING, {}) == 0  # depths unknown: judged on its own signs
