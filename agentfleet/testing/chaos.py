@@ -121,6 +121,7 @@ class Chaos:
         self.replies: list[dict[str, Any]] = []
         self._stop = threading.Event()
         self._kills = 0
+        self._monitors: list[threading.Thread] = []
         self.started = 0.0
         self.engine: Engine = ledger_engine(settings.database_url)
 
@@ -224,7 +225,6 @@ class Chaos:
             plan.append((cfg.duration_s * 0.35, "broker-restart"))
         if cfg.restart_database:
             plan.append((cfg.duration_s * 0.65, "database-restart"))
-        monitors = []
         for at, kind in sorted(plan):
             time.sleep(max(0.0, at - (time.monotonic() - self.started)))
             began = time.monotonic()
@@ -233,9 +233,8 @@ class Chaos:
             over = datetime.now(UTC)  # activity counts once the fault is over (a restart done, a worker dead)
             monitor = threading.Thread(target=self._measure_recovery, args=(fault, over, began), daemon=True)
             monitor.start()
-            monitors.append(monitor)
+            self._monitors.append(monitor)
         time.sleep(max(0.0, cfg.duration_s - (time.monotonic() - self.started)))
-        self._monitors = monitors
 
     def _strike(self, kind: str) -> Fault:
         at = self._elapsed()
@@ -320,7 +319,7 @@ class Chaos:
             except Exception:
                 pass
             time.sleep(0.5)
-        for monitor in getattr(self, "_monitors", []):
+        for monitor in self._monitors:
             monitor.join(timeout=1)
         time.sleep(2)  # let the last Results arrive on the reply queue
 
