@@ -128,9 +128,3 @@ class ModelError(AgentfleetError):
 
     code = ErrorCode.MODEL_ERROR
     retryable = True
-
-
-class BrokerError(AgentfleetError):
-    """A publish was not confirmed by the broker."""
-
-    retryable = True

@@ -15,7 +15,7 @@ from agentfleet.harness.runner import run_tool
 from agentfleet.harness.tool import ToolContext
 from agentfleet.loop.transcript import ToolResult
 from agentfleet.tasks.base import Step
-from agentfleet.tasks.retry import CommitPending, InFlight, is_transient
+from agentfleet.tasks.retry import CommitPending, InFlight, outcome_at_risk
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +50,7 @@ def on_tool_requested(step: Step) -> list[Envelope]:
                                   output=result.model_dump(mode="json"), duration_ms=result.duration_ms)
                 return step.commit(conn, [event])
         except Exception as exc:
-            if record.status == "started" and is_transient(exc) and not isinstance(exc, InFlight):
+            if record.status == "started" and outcome_at_risk(exc):
                 raise CommitPending({"tool_result": result.model_dump(mode="json")}, exc) from exc
             raise
 

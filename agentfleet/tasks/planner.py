@@ -33,7 +33,7 @@ from agentfleet.models.base import ModelRequest
 from agentfleet.store.repository import RunRecord
 from agentfleet.tasks.admission import check_conflict
 from agentfleet.tasks.base import Step, end_run, result_of
-from agentfleet.tasks.retry import CommitPending, InFlight, is_transient
+from agentfleet.tasks.retry import CommitPending, InFlight, outcome_at_risk
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +55,7 @@ def on_goal_submitted(step: Step) -> list[Envelope]:
         )
         run = store.get_run(step.env.run_id, conn, lock=True)
         assert run is not None
-        try:  # copies with different inputs that raced past the inbox's check meet here
+        try:  # the one check for every goal from the inbox: this reads the run anyway
             check_conflict(goal.goal_id, goal.input, run)
         except GoalRejected as exc:
             _refuse_copy(step, goal, exc)
@@ -146,7 +146,7 @@ def _plan(step: Step, agent: Agent, run: RunRecord, *, iteration: int, new_messa
         try:
             return _decide_and_commit(step, agent, run, new_messages, iteration, planned, history)
         except Exception as exc:
-            if is_transient(exc) and not isinstance(exc, InFlight):
+            if outcome_at_risk(exc):
                 raise CommitPending({"turn": planned.turn.model_dump(mode="json"),
                                      "duration_ms": planned.duration_ms}, exc) from exc
             raise

@@ -39,9 +39,15 @@ class CommitPending(Exception):
 def is_transient(exc: BaseException) -> bool:
     if isinstance(exc, InFlight | CommitPending | DatabaseUnreachable | InterfaceError | BrokerUnreachable):
         return True
-    if isinstance(exc, AgentfleetError):  # our own errors say so themselves (BrokerError, AgentNotLoaded)
+    if isinstance(exc, AgentfleetError):  # our own errors say so themselves (AgentNotLoaded)
         return exc.retryable
     return isinstance(exc, DBAPIError) and bool(exc.connection_invalidated)
+
+
+def outcome_at_risk(exc: BaseException) -> bool:
+    """A commit failed for a passing reason after the outcome was known: carry it (CommitPending).
+    Not when the step is held elsewhere: then its holder's outcome is the one that counts."""
+    return is_transient(exc) and not isinstance(exc, InFlight)
 
 
 def retry_delay(attempt: int, max_delay_s: float) -> float:

@@ -17,8 +17,7 @@ from agentfleet.constants import GOAL_ROUTING_PREFIX
 from agentfleet.errors import AgentfleetError, ErrorCode, GoalRejected
 from agentfleet.events.contracts import Result
 from agentfleet.events.wire import loads_strict
-from agentfleet.loop.keys import run_id_for
-from agentfleet.tasks.admission import admit, check_conflict, goal_event
+from agentfleet.tasks.admission import admit, goal_event
 from agentfleet.tasks.runtime import Runtime
 
 log = logging.getLogger(__name__)
@@ -77,13 +76,7 @@ class Inbox:
         reply_to, correlation_id = _reply_address(message)
         goal = admit(self.rt.agents, body, _routing_key(message), max_depth=settings.max_json_depth,
                      encoding=message.content_encoding)
-        assert goal.goal_id is not None
-        try:  # the common case; the planner checks again for copies that race each other here
-            existing = self.rt.store.get_run(run_id_for(goal.agent, goal.goal_id))
-        except Exception as exc:  # database away: admission goes on, the planner's check still stands
-            log.warning("goal conflict check skipped: %s", exc)
-            existing = None
-        check_conflict(goal.goal_id, goal.input, existing)
+        # A goal_id reused with another input is refused by the planner, which reads the run anyway.
         self.rt.publisher.publish([goal_event(goal, reply_to=reply_to, correlation_id=correlation_id)])
 
     def _reject(self, message: Message, code: ErrorCode, reason: str) -> None:
