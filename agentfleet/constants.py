@@ -68,8 +68,32 @@ SWEEP_PAGE: Final = 500  # quiet runs read per query
 
 # Tools.
 DEFAULT_TOOL_TIMEOUT_S: Final = 30.0
+# Timeout tiers (seconds): what a tool or health check may take by the kind of thing it calls.
+TIER_TIMEOUTS_S: Final = {"model": 30.0, "database": 5.0, "http": 3.0, "local": 1.0}
 DEFAULT_TOOL_RESPONSE_LIMIT: Final = 32_000  # characters of JSON handed back to the model
 FINAL_ANSWER_TOOL: Final = "final_answer"
+
+# Fleet state in Redis (health cache, breakers, result cache, locks). Every key is
+# ``<namespace>:<kind>:<name>``, built by ``redis_key`` from one of these kinds (arq's way).
+HEALTH_KEY: Final = "health"  # a tool's cached check result, with a TTL; missing = unknown
+HEALTH_LAST_KEY: Final = "health-last"  # the last status a check wrote (outlives the TTL, to see transitions)
+HEALTH_CLAIM_KEY: Final = "health-claim"  # SET NX: the one executor re-checking an expired entry
+BREAKER_KEY: Final = "breaker"  # a tool's breaker when not closed: {state, since, failures}
+BREAKER_FAILURES_KEY: Final = "breaker-failures"  # sorted set of failure times (the rolling window)
+BREAKER_TRIAL_KEY: Final = "breaker-trial"  # SET NX: the one call a half-open breaker lets through
+CACHE_KEY: Final = "cache"  # a read-only tool's result under its canonical arguments
+CACHE_HITS_KEY: Final = "cache-hits"  # hits per tool (for `agentfleet tools`)
+LOCK_KEY: Final = "lock"  # a resource lock a tool declares (redis-py Lock)
+
+HEALTH_TTL_HEALTHY_S: Final = 30.0
+HEALTH_TTL_DOWN_S: Final = 5.0
+HEALTH_TICK_S: Final = 0.25  # how often executors look for expired entries
+BREAKER_FAILURES: Final = 5
+BREAKER_WINDOW_S: Final = 60.0
+BREAKER_COOLDOWN_S: Final = 30.0
+TOOL_CACHE_TTL_S: Final = 60.0
+REDIS_RETRY_S: Final = 1.0  # while Redis is unreachable, how long to skip it before trying again
+REDIS_SOCKET_TIMEOUT_S: Final = 0.5
 
 # Celery task time limits stay below RabbitMQ's consumer_timeout (30 min).
 TASK_SOFT_TIME_LIMIT_S: Final = 15 * 60
@@ -89,3 +113,7 @@ def exchange_name(namespace: str, suffix: str) -> str:
 
 def queue_name(namespace: str, suffix: str) -> str:
     return f"{namespace}.{suffix}"
+
+
+def redis_key(namespace: str, kind: str, *parts: str) -> str:
+    return ":".join((namespace, kind, *parts))

@@ -49,7 +49,11 @@ class Agent:
         tools: Sequence[Tool] = (),
         limits: Limits | None = None,
         register: bool = True,
+        **unknown: Any,
     ) -> None:
+        if unknown:
+            raise ConfigurationError(f"agent {name!r}: unknown option(s) {', '.join(sorted(unknown))}; known: "
+                                     "instructions, model, goal_schema, result_schema, tools, limits, register")
         if not name or not name.replace("_", "").replace("-", "").isalnum():
             raise ConfigurationError(f"agent name {name!r} must be letters, digits, '_' or '-'")
         self.name = name
@@ -63,17 +67,23 @@ class Agent:
             if t.name == FINAL_ANSWER_TOOL or t.name in self.tools:
                 raise ConfigurationError(f"agent {name!r}: tool name {t.name!r} is reserved or repeated")
             self.tools[t.name] = t
+        for t in self.tools.values():
+            if t.fallback is not None and t.fallback not in self.tools:
+                raise ConfigurationError(f"agent {name!r}: tool {t.name!r} falls back to {t.fallback!r}, which is "
+                                         "not one of its tools (add it to tools=[...])")
         if register:
             registry.add(self)
 
-    def tool_specs(self) -> list[dict[str, Any]]:
-        """What the model is offered: the agent's tools plus the final-answer tool."""
+    def tool_specs(self, offered: Sequence[str] | None = None) -> list[dict[str, Any]]:
+        """What the model is offered: the agent's tools (those named in ``offered``, when given) plus the
+        final-answer tool."""
         final = {
             "name": FINAL_ANSWER_TOOL,
             "description": "Finish the run with this result. Call it alone, once.",
             "parameters": self.result_schema,
         }
-        return [t.spec() for t in self.tools.values()] + [final]
+        tools = self.tools.values() if offered is None else [self.tools[n] for n in offered if n in self.tools]
+        return [t.spec() for t in tools] + [final]
 
     def __repr__(self) -> str:
         return f"Agent({self.name!r}, tools={list(self.tools)})"
@@ -85,7 +95,12 @@ class AgentRegistry:
         self._lock = threading.Lock()
 
     def add(self, agent: Agent) -> None:
+        """Register an agent; a second, different agent of the same name is a configuration error (it would
+        silently replace the first in this process, and workers would disagree on what the name means)."""
         with self._lock:
+            if self._agents.get(agent.name) not in (None, agent):
+                raise ConfigurationError(f"agent {agent.name!r} is declared twice; "
+                                         "agent names are unique in a fleet")
             self._agents[agent.name] = agent
 
     def get(self, name: str) -> Agent | None:
@@ -93,6 +108,9 @@ class AgentRegistry:
 
     def names(self) -> list[str]:
         return sorted(self._agents)
+
+    def all(self) -> list[Agent]:
+        return [self._agents[n] for n in self.names()]
 
     def __contains__(self, name: object) -> bool:
         return name in self._agents

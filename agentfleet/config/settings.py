@@ -47,6 +47,23 @@ class Settings(BaseSettings):
     # The sweeper: a live run with no activity for stall_after_s and nothing in flight is re-driven.
     stall_after_s: float = Field(default=constants.STALL_AFTER_S, gt=0)
     sweep_interval_s: float = Field(default=constants.SWEEP_INTERVAL_S, ge=0)  # 0: no sweeper in this worker
+    # Tool timeout tiers; a tool's own timeout_s overrides its tier, and a tool without either gets
+    # tool_timeout_s.
+    tier_model_s: float = Field(default=constants.TIER_TIMEOUTS_S["model"], gt=0)
+    tier_database_s: float = Field(default=constants.TIER_TIMEOUTS_S["database"], gt=0)
+    tier_http_s: float = Field(default=constants.TIER_TIMEOUTS_S["http"], gt=0)
+    tier_local_s: float = Field(default=constants.TIER_TIMEOUTS_S["local"], gt=0)
+    # Health cache: how long a check's answer counts; a check may set its own.
+    health_ttl_healthy_s: float = Field(default=constants.HEALTH_TTL_HEALTHY_S, gt=0)
+    health_ttl_down_s: float = Field(default=constants.HEALTH_TTL_DOWN_S, gt=0)
+    health_tick_s: float = Field(default=constants.HEALTH_TICK_S, ge=0)  # 0: this worker runs no checks
+    # Circuit breakers: this many failures that point at a tool within the window open it; after
+    # the cool-down one call fleet-wide is let through to try it.
+    breaker_failures: int = Field(default=constants.BREAKER_FAILURES, ge=1)
+    breaker_window_s: float = Field(default=constants.BREAKER_WINDOW_S, gt=0)
+    breaker_cooldown_s: float = Field(default=constants.BREAKER_COOLDOWN_S, gt=0)
+    # Read-only tools' results are cached this long unless the tool says otherwise (0: not cached).
+    tool_cache_ttl_s: float = Field(default=constants.TOOL_CACHE_TTL_S, ge=0)
 
     @field_validator("workspace")
     @classmethod
@@ -56,6 +73,9 @@ class Settings(BaseSettings):
     @property
     def agent_modules(self) -> list[str]:
         return [m.strip() for m in self.agents.split(",") if m.strip()]
+
+    def tier_timeout_s(self, tier: str) -> float:
+        return float(getattr(self, f"tier_{tier}_s"))
 
     @property
     def embedded(self) -> bool:

@@ -38,10 +38,14 @@ def build_messages(
     goal_input: dict[str, Any],
     transcript: Sequence[Message],
     budget_tokens: int,
+    notice: str | None = None,
 ) -> list[Message]:
+    """The messages for one model call; ``notice`` (which tools are unavailable now, and why) comes last,
+    as it is about this turn only."""
     head = [Message(role="system", content=system_prompt(instructions)), goal_message(goal_input)]
+    tail = [Message(role="system", content=notice)] if notice else []
     body = list(transcript)
-    total = estimate_tokens(head + body)
+    total = estimate_tokens(head + body + tail)
     # Elide oldest tool results until we fit; never the last assistant turn's results.
     last_assistant = max((i for i, m in enumerate(body) if m.role == "assistant"), default=-1)
     for i, message in enumerate(body):
@@ -54,4 +58,4 @@ def build_messages(
             update={"content": json.dumps({"elided": True, "chars": len(message.content)})}
         )
         total -= before - estimate_tokens([body[i]])
-    return head + body
+    return head + body + tail

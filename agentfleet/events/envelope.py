@@ -9,7 +9,7 @@ from __future__ import annotations
 import uuid
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -17,6 +17,7 @@ from agentfleet.errors import MalformedEvent
 from agentfleet.loop.transcript import ToolCall, ToolResult
 
 SCHEMA_VERSION = 1
+FLEET_RUN_ID = "fleet"  # the run_id of events about the fleet rather than one run (tool.health_changed)
 
 
 class EventType(StrEnum):
@@ -145,9 +146,14 @@ class RunEnded(_Payload):
 
 
 class ToolHealthChanged(_Payload):
+    """A tool's health or breaker changed (a fleet fact, not a run's: its envelope's run_id is FLEET_RUN_ID)."""
+
     tool: str
-    healthy: bool
+    kind: Literal["check", "breaker"]
+    status: Literal["healthy", "down", "open", "half_open", "closed"]
     detail: str | None = None
+    at: datetime
+    by: str
 
 
 class ApprovalRequested(_Payload):

@@ -26,6 +26,7 @@ CONSUMERS: dict[EventType, str] = {
     EventType.RUN_CANCEL_REQUESTED: C.OBSERVER,
     EventType.RUN_COMPLETED: C.OBSERVER,
     EventType.RUN_FAILED: C.OBSERVER,
+    EventType.TOOL_HEALTH_CHANGED: C.OBSERVER,  # stored and announced on <ns>.public
 }
 log = logging.getLogger(__name__)
 

@@ -8,52 +8,51 @@ Subprocess tools under a sandbox, which can be killed, are the harness's next st
 from __future__ import annotations
 
 import json
-import threading
 import time
 from typing import Any
 
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from agentfleet.errors import ErrorCode, ToolError
+from agentfleet.harness.timeouts import call_with_timeout
 from agentfleet.harness.tool import Tool, ToolContext
 from agentfleet.loop.transcript import ToolResult
 
 
 def run_tool(tool: Tool, arguments: dict[str, Any], ctx: ToolContext, default_timeout_s: float) -> ToolResult:
+    """Run one call; ``default_timeout_s`` applies when the tool declares no timeout of its own."""
     started = time.perf_counter()
+    try:
+        kwargs = tool.bind(arguments)
+    except ToolError as exc:
+        return ToolResult.failure(exc.code, exc.message, exc.hint, round((time.perf_counter() - started) * 1000, 3))
+    return run_bound(tool, kwargs, ctx, default_timeout_s, started)
+
+
+def run_bound(tool: Tool, kwargs: dict[str, Any], ctx: ToolContext, default_timeout_s: float,
+              started: float | None = None) -> ToolResult:
+    """Run a call whose arguments ``Tool.bind`` has validated."""
+    started = time.perf_counter() if started is None else started
 
     def elapsed() -> float:
         return round((time.perf_counter() - started) * 1000, 3)
 
-    try:
-        kwargs = tool.bind(arguments)
-    except ToolError as exc:
-        return ToolResult.failure(exc.code, exc.message, exc.hint, elapsed())
     if tool.context_param:
-        kwargs[tool.context_param] = ctx
+        kwargs = {**kwargs, tool.context_param: ctx}
 
     timeout = tool.timeout_s or default_timeout_s
-    box: dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            box["output"] = tool.func(**kwargs)
-        except BaseException as exc:
-            box["error"] = exc
-
-    worker = threading.Thread(target=target, name=f"tool:{tool.name}:{ctx.call_id}", daemon=True)
-    worker.start()
-    worker.join(timeout)
-    if worker.is_alive():
+    finished, output, error = call_with_timeout(lambda: tool.func(**kwargs), timeout,
+                                                name=f"tool:{tool.name}:{ctx.call_id}")
+    if not finished:
         return ToolResult.failure(
             ErrorCode.TIMEOUT,
             f"{tool.name} did not finish within {timeout:g}s",
             "The tool may be overloaded; try narrower arguments or another tool.",
             elapsed(),
         )
-    if "error" in box:
-        return _failure_from(box["error"], tool, elapsed())
-    return _checked_output(tool, box.get("output"), elapsed())
+    if error is not None:
+        return _failure_from(error, tool, elapsed())
+    return _checked_output(tool, output, elapsed())
 
 
 def _failure_from(exc: BaseException, tool: Tool, duration_ms: float) -> ToolResult:

@@ -8,6 +8,7 @@ A parameter annotated ``ToolContext`` is injected, never shown to the model.
 from __future__ import annotations
 
 import inspect
+import string
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,8 +16,10 @@ from typing import Any, get_type_hints
 
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
+from agentfleet.config.settings import Settings
 from agentfleet.constants import DEFAULT_TOOL_RESPONSE_LIMIT
 from agentfleet.errors import ConfigurationError, ErrorCode, ToolError
+from agentfleet.harness.health import TIERS, HealthCheck, Tier, as_health_check
 from agentfleet.harness.workspace import Workspace
 
 
@@ -56,11 +59,26 @@ class Tool:
     args_model: type[BaseModel]
     context_param: str | None = None
     timeout_s: float | None = None
+    tier: Tier | None = None
     idempotent: bool = False
     read_only: bool = False
-    permissions: tuple[str, ...] = ()
+    cache_ttl_s: float | None = None  # read-only tools: how long a result is reused (None: the fleet default)
+    health_check: HealthCheck | None = None
+    fallback: str | None = None  # offered in this tool's place while it is down
+    lock: str | None = None  # a resource lock template over the arguments, e.g. "ticket:{ticket_id}"
     response_limit: int = DEFAULT_TOOL_RESPONSE_LIMIT
     parameters: dict[str, Any] = field(default_factory=dict)
+
+    def default_timeout_s(self, settings: Settings) -> float:
+        """The timeout when the tool sets none of its own: its tier's, else the fleet's default."""
+        return settings.tier_timeout_s(self.tier) if self.tier else settings.tool_timeout_s
+
+    def effective_timeout_s(self, settings: Settings) -> float:
+        return self.timeout_s or self.default_timeout_s(settings)
+
+    def lock_key(self, kwargs: dict[str, Any]) -> str | None:
+        """The resource this call holds while it runs, from its validated arguments."""
+        return self.lock.format_map(kwargs) if self.lock else None
 
     def spec(self) -> dict[str, Any]:
         """The declaration a model sees (OpenAI-style function tool)."""
@@ -91,12 +109,28 @@ def tool(
     name: str | None = None,
     description: str | None = None,
     timeout_s: float | None = None,
+    tier: Tier | None = None,
     idempotent: bool = False,
     read_only: bool = False,
-    permissions: tuple[str, ...] = (),
+    cache_ttl_s: float | None = None,
+    health_check: object = None,
+    fallback: str | None = None,
+    lock: str | None = None,
     response_limit: int = DEFAULT_TOOL_RESPONSE_LIMIT,
+    **unknown: Any,
 ) -> Any:
-    """Declare a tool. Usable bare (``@tool``) or with options (``@tool(idempotent=True)``)."""
+    """Declare a tool. Usable bare (``@tool``) or with options (``@tool(idempotent=True)``).
+
+    ``tier`` (``model``, ``database``, ``http``, ``local``) sets the timeout by what the tool calls;
+    ``timeout_s`` overrides it. ``health_check`` (a function, a command line, or a shared check's
+    name) decides fleet-wide whether the tool is offered; ``fallback`` names the agent's tool
+    offered in its place while it is down. ``read_only`` tools are idempotent and their results are
+    cached for ``cache_ttl_s``. ``lock`` is a resource held while a call runs, built from its
+    arguments (``"ticket:{ticket_id}"``). An option not listed here is a configuration error.
+    """
+    if unknown:
+        raise ConfigurationError(f"@tool got unknown option(s) {', '.join(sorted(unknown))}; known: "
+                                 f"{', '.join(TOOL_OPTIONS)}")
 
     def wrap(fn: Callable[..., Any]) -> Tool:
         tool_name = name or fn.__name__
@@ -104,7 +138,17 @@ def tool(
         desc = description or doc.split("\n\n")[0].strip()
         if not desc:
             raise ConfigurationError(f"tool {tool_name!r} needs a description (a docstring) for the model")
+        if tier is not None and tier not in TIERS:
+            raise ConfigurationError(f"tool {tool_name!r}: tier must be one of {', '.join(TIERS)}")
+        for what, value in (("timeout_s", timeout_s), ("cache_ttl_s", cache_ttl_s)):
+            if value is not None and value < 0:
+                raise ConfigurationError(f"tool {tool_name!r}: {what} cannot be negative")
+        if cache_ttl_s is not None and not read_only:
+            raise ConfigurationError(f"tool {tool_name!r}: cache_ttl_s is for read_only tools")
+        if fallback == tool_name:
+            raise ConfigurationError(f"tool {tool_name!r} cannot be its own fallback")
         args_model, context_param = _arguments_model(fn, tool_name)
+        _check_lock_template(lock, tool_name, set(args_model.model_fields))
         schema = args_model.model_json_schema()
         schema.pop("title", None)
         return Tool(
@@ -114,14 +158,35 @@ def tool(
             args_model=args_model,
             context_param=context_param,
             timeout_s=timeout_s,
+            tier=tier,
             idempotent=idempotent or read_only,
             read_only=read_only,
-            permissions=tuple(permissions),
+            cache_ttl_s=cache_ttl_s,
+            health_check=as_health_check(health_check, tool_name, tier or "local"),
+            fallback=fallback,
+            lock=lock,
             response_limit=response_limit,
             parameters=schema,
         )
 
     return wrap(func) if func is not None else wrap
+
+
+TOOL_OPTIONS = tuple(p for p in inspect.signature(tool).parameters if p not in ("func", "unknown"))
+
+
+def _check_lock_template(template: str | None, tool_name: str, params: set[str]) -> None:
+    """A lock names plain arguments only: no attribute or index access, nothing the model does not send."""
+    if template is None:
+        return
+    try:
+        fields = [f for _, f, _, _ in string.Formatter().parse(template) if f is not None]
+    except ValueError as exc:
+        raise ConfigurationError(f"tool {tool_name!r}: lock template {template!r}: {exc}") from None
+    for f in fields:
+        if not f.isidentifier() or f not in params:
+            raise ConfigurationError(f"tool {tool_name!r}: lock template {template!r} names {f!r}, which is not "
+                                     f"one of its arguments ({', '.join(sorted(params)) or 'none'})")
 
 
 def _arguments_model(fn: Callable[..., Any], tool_name: str) -> tuple[type[BaseModel], str | None]:

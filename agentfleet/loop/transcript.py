@@ -69,16 +69,21 @@ class ToolResult(BaseModel):
     error_code: str | None = None
     message: str | None = None
     hint: str | None = None
+    retryable: bool = False  # the same call may succeed later (the tool is down now, a lock is busy)
     duration_ms: float = 0.0
+    cache_hit: bool = False  # served from the read-only result cache: the tool did not run
 
     @classmethod
-    def failure(cls, code: str, message: str, hint: str | None = None, duration_ms: float = 0.0) -> ToolResult:
-        return cls(ok=False, error_code=code, message=message, hint=hint, duration_ms=duration_ms)
+    def failure(cls, code: str, message: str, hint: str | None = None, duration_ms: float = 0.0, *,
+                retryable: bool = False) -> ToolResult:
+        return cls(ok=False, error_code=code, message=message, hint=hint, duration_ms=duration_ms,
+                   retryable=retryable)
 
     def for_model(self) -> dict[str, Any]:
         if self.ok:
             return {"ok": True, "output": self.output}
-        return {"ok": False, "error_code": self.error_code, "message": self.message, "hint": self.hint}
+        told = {"ok": False, "error_code": self.error_code, "message": self.message, "hint": self.hint}
+        return {**told, "retryable": True} if self.retryable else told
 
     def for_model_json(self) -> str:
         return json.dumps(self.for_model(), default=str, sort_keys=True)

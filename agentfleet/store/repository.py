@@ -87,6 +87,7 @@ class StepRecord:
     attempts: int
     output: Any
     fresh: bool  # this call created the intent (no earlier attempt)
+    input: Any = None  # what the intent recorded (the first attempt's)
 
 
 class Store:
@@ -228,14 +229,14 @@ class Store:
                 ["idempotency_key"],
             )
             if fresh:  # the row is what was just inserted: no need to read it back
-                return StepRecord(key, "started", 1, None, fresh=True)
+                return StepRecord(key, "started", 1, None, fresh=True, input=input)
             conn.execute(
                 update(T.steps)
                 .where(T.steps.c.idempotency_key == key, T.steps.c.status == "started")
                 .values(attempts=T.steps.c.attempts + 1, worker=worker, started_at=now())
             )
             row = conn.execute(select(T.steps).where(T.steps.c.idempotency_key == key)).one()
-        return StepRecord(key, row.status, row.attempts, row.output, fresh=False)
+        return StepRecord(key, row.status, row.attempts, row.output, fresh=False, input=row.input)
 
     def finish_step(self, conn: Connection, key: str, *, status: str, output: Any, duration_ms: float) -> None:
         conn.execute(
@@ -307,6 +308,24 @@ class Store:
             dict(event_id=event_id, consumer=consumer, outbox=outbox, processed_at=now(), run_id=run_id),
             ["event_id", "consumer"],
         )
+
+    # -- tool health ----------------------------------------------------------------------
+
+    def record_health_change(self, conn: Connection, *, event_id: str, tool: str, kind: str, status: str,
+                             detail: str | None, by: str, occurred_at: datetime) -> None:
+        self._insert_ignore(conn, T.tool_health_events,
+                            dict(event_id=event_id, tool=tool, kind=kind, status=status,
+                                 detail=(detail or "")[:1000] or None, by=by[:255], occurred_at=occurred_at),
+                            ["event_id"])
+
+    def health_changes(self, tool: str | None = None, limit: int = 50) -> list[dict[str, Any]]:
+        """The latest changes, newest first."""
+        query = select(T.tool_health_events).order_by(T.tool_health_events.c.occurred_at.desc()).limit(limit)
+        if tool is not None:
+            query = query.where(T.tool_health_events.c.tool == tool)
+        with self.engine.connect() as conn:
+            rows = conn.execute(query).mappings().all()
+        return [{**row, "occurred_at": _utc(row["occurred_at"])} for row in rows]
 
     # -- the sweeper's view -------------------------------------------------------------
 

@@ -116,3 +116,16 @@ run_replies = Table(
     Column("delivered_at", Ts),
     UniqueConstraint("run_id", "reply_to", "correlation_id", name="uq_run_replies"),
 )
+
+tool_health_events = Table(
+    "tool_health_events",
+    metadata,
+    Column("event_id", String(64), primary_key=True),
+    Column("tool", String(128), nullable=False),
+    Column("kind", String(16), nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("detail", String(1000)),
+    Column("by", String(255), nullable=False),
+    Column("occurred_at", Ts, nullable=False),
+    Index("ix_tool_health_events_tool", "tool", "occurred_at"),
+)

@@ -20,6 +20,7 @@ HANDLERS: dict[EventType, Handler] = {
     EventType.RUN_CANCEL_REQUESTED: observer.on_cancel_requested,
     EventType.RUN_COMPLETED: observer.on_run_ended,
     EventType.RUN_FAILED: observer.on_run_ended,
+    EventType.TOOL_HEALTH_CHANGED: observer.on_tool_health_changed,
 }
 assert set(HANDLERS) == set(CONSUMERS), "every consumed event type has exactly one handler"
 

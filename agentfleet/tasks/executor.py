@@ -11,7 +11,6 @@ import logging
 
 from agentfleet.errors import ErrorCode
 from agentfleet.events.envelope import Envelope, EventType, ToolFinished, ToolRequested
-from agentfleet.harness.runner import run_tool
 from agentfleet.harness.tool import ToolContext
 from agentfleet.loop.transcript import ToolResult
 from agentfleet.tasks.base import Step
@@ -80,4 +79,4 @@ def _attempt(step: Step, req: ToolRequested, attempt: int) -> ToolResult:
         )
     ctx = ToolContext(run_id=step.env.run_id, call_id=req.call.id, idempotency_key=req.idempotency_key,
                       workspace=settings.workspace, attempt=attempt)
-    return run_tool(tool, req.call.arguments, ctx, settings.tool_timeout_s)
+    return step.rt.dispatch.call(tool, req.call.arguments, ctx)

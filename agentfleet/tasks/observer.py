@@ -18,6 +18,7 @@ from agentfleet.events.envelope import (
     RunCancelRequested,
     RunEnded,
     ToolFinished,
+    ToolHealthChanged,
 )
 from agentfleet.loop.decisions import fan_in_complete
 from agentfleet.loop.states import RunState, is_terminal
@@ -82,4 +83,19 @@ def on_run_ended(step: Step) -> list[Envelope]:
         publisher.publish_public(str(step.env.type), ended.result, step.env.run_id)
     with store.tx() as conn:
         store.mark_replied(conn, [p[0] for p in pending])
+        return step.commit(conn, [])
+
+
+def on_tool_health_changed(step: Step) -> list[Envelope]:
+    """Keep the transition and mirror it on the public exchange for dashboards and pagers."""
+    change = step.env.body()
+    assert isinstance(change, ToolHealthChanged)
+    store, publisher = step.rt.store, step.rt.publisher
+    publisher.publish_json(publisher.topology.public, str(step.env.type),
+                           {"type": str(step.env.type), **change.model_dump(mode="json", exclude={"at"}),
+                            "time": change.at.isoformat()},
+                           declare=[publisher.topology.public])
+    with store.tx() as conn:
+        store.record_health_change(conn, event_id=step.env.event_id, tool=change.tool, kind=change.kind,
+                                   status=change.status, detail=change.detail, by=change.by, occurred_at=change.at)
         return step.commit(conn, [])

@@ -24,6 +24,7 @@ from agentfleet.events.envelope import (
     ObservationRecorded,
     ToolRequested,
 )
+from agentfleet.harness.gate import Offer
 from agentfleet.loop.budgets import Limits, check_gates
 from agentfleet.loop.decisions import Dispatch, Fail, Finish, decide, plan_signatures, schema_errors
 from agentfleet.loop.keys import idempotency_key
@@ -118,7 +119,9 @@ def _plan(step: Step, agent: Agent, run: RunRecord, *, iteration: int, new_messa
         gate = check_gates(limits, run.usage, iteration, run.elapsed_s())
         if gate is not None:
             return _end(step, run, new_messages, iteration, None, ResultStatus.FAILED, gate.code, gate.message)
-        record = store.begin_step(key=key, run_id=run.run_id, iteration=iteration, kind="plan", worker=step.worker)
+        offer = step.rt.dispatch.offer(list(agent.tools.values()))
+        record = store.begin_step(key=key, run_id=run.run_id, iteration=iteration, kind="plan", worker=step.worker,
+                                  input={"tools": offer.tools, "notice": offer.notice})
         if record.status != "started":
             with store.tx() as conn:  # planned by an earlier handling that already committed its events
                 return step.commit(conn, [])
@@ -130,10 +133,12 @@ def _plan(step: Step, agent: Agent, run: RunRecord, *, iteration: int, new_messa
                 msg = f"planning iteration {iteration} crashed its worker {record.attempts - 1} times"
                 return _end(step, run, new_messages, iteration, None, ResultStatus.FAILED, ErrorCode.POISON_MESSAGE,
                             msg)
+            offer = _checkpointed_offer(record.input, offer)
             request = ModelRequest(
-                run_id=run.run_id, agent=agent.name, iteration=iteration, goal=run.input, tools=agent.tool_specs(),
+                run_id=run.run_id, agent=agent.name, iteration=iteration, goal=run.input,
+                tools=agent.tool_specs(offer.tools),
                 messages=build_messages(agent.instructions, run.input, history + new_messages,
-                                        budget_tokens=limits.max_tokens),
+                                        budget_tokens=limits.max_tokens, notice=offer.notice),
             )
             started = time.perf_counter()
             try:
@@ -150,6 +155,13 @@ def _plan(step: Step, agent: Agent, run: RunRecord, *, iteration: int, new_messa
                 raise CommitPending({"turn": planned.turn.model_dump(mode="json"),
                                      "duration_ms": planned.duration_ms}, exc) from exc
             raise
+
+
+def _checkpointed_offer(recorded: object, current: Offer) -> Offer:
+    """The tools this iteration's first attempt offered: a re-run shows the model what it was shown."""
+    if isinstance(recorded, dict) and isinstance(recorded.get("tools"), list):
+        return Offer([str(t) for t in recorded["tools"]], recorded.get("notice"))
+    return current
 
 
 def _decide_and_commit(step: Step, agent: Agent, run: RunRecord, new_messages: list[Message], iteration: int,

@@ -1,7 +1,9 @@
-"""What handlers need, built once per process: settings, agents, store, publisher."""
+"""What handlers need, built once per process: settings, agents, store, publisher, the tool dispatch."""
 
 from __future__ import annotations
 
+import os
+import socket
 import threading
 from dataclasses import dataclass
 
@@ -11,8 +13,11 @@ from agentfleet.config.agents import Agent, AgentRegistry, load_agents
 from agentfleet.config.settings import Settings
 from agentfleet.events.publisher import Publisher
 from agentfleet.events.topology import Topology
+from agentfleet.harness.dispatch import ToolDispatch
+from agentfleet.harness.fleet_redis import FleetRedis, connect
 from agentfleet.store.db import make_engine
 from agentfleet.store.repository import Store
+from agentfleet.tasks.health import announcer
 
 SETTINGS_KEY = "agentfleet_settings"
 _lock = threading.Lock()
@@ -25,6 +30,8 @@ class Runtime:
     store: Store
     publisher: Publisher
     agents: AgentRegistry
+    redis: FleetRedis
+    dispatch: ToolDispatch
 
     def agent(self, name: str) -> Agent | None:
         return self.agents.get(name)
@@ -44,12 +51,17 @@ def runtime_for(app: Celery) -> Runtime:
         if existing is None:
             settings = settings_of(app)
             topology = Topology(settings.namespace)
+            publisher = Publisher(app, topology)
+            redis = FleetRedis(connect(settings), settings.namespace)
             existing = Runtime(
                 settings=settings,
                 topology=topology,
                 store=Store(make_engine(settings.effective_database_url)),
-                publisher=Publisher(app, topology),
+                publisher=publisher,
                 agents=load_agents(settings.agent_modules),
+                redis=redis,
+                dispatch=ToolDispatch(redis, settings, by=f"{socket.gethostname()}:{os.getpid()}",
+                                      report=announcer(publisher)),
             )
             app._agentfleet_runtime = existing  # type: ignore[attr-defined]
     return existing

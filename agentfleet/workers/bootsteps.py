@@ -10,7 +10,8 @@ from celery import bootsteps
 from kombu import Consumer
 
 from agentfleet import constants as C
-from agentfleet.tasks.runtime import runtime_for
+from agentfleet.harness.health_cache import CheckPlan, plan_checks
+from agentfleet.tasks.runtime import Runtime, runtime_for
 from agentfleet.tasks.sweeper import sweep
 from agentfleet.workers.inbox import Inbox
 
@@ -32,23 +33,31 @@ class DeclareTopology(bootsteps.StartStopStep):
         log.info("topology declared", extra={"namespace": rt.topology.namespace})
 
 
-class SweepTimer(bootsteps.StartStopStep):
-    """Observer workers look for stalled runs every ``sweep_interval_s``; one sweep acts at a time fleet-wide."""
+class _Timer(bootsteps.StartStopStep):
+    """A thread doing ``tick`` every ``interval`` in workers of ``role``; a failed tick is logged, not fatal."""
 
     requires = (DeclareTopology,)
+    role = ""
+    name_of_thread = ""
 
     def __init__(self, parent: Any, **kwargs: Any) -> None:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         super().__init__(parent, **kwargs)
 
+    def interval(self, rt: Runtime) -> float:
+        raise NotImplementedError
+
+    def tick(self, rt: Runtime) -> None:
+        raise NotImplementedError
+
     def start(self, worker: Any) -> None:
         rt = runtime_for(worker.app)
-        observer_queue = C.queue_name(rt.topology.namespace, C.OBSERVER)
-        if rt.settings.sweep_interval_s <= 0 or observer_queue not in worker.app.amqp.queues.consume_from:
+        queue = C.queue_name(rt.topology.namespace, self.role)
+        if self.interval(rt) <= 0 or queue not in worker.app.amqp.queues.consume_from:
             return
         self._stop.clear()
-        self._thread = threading.Thread(target=self._loop, args=(rt,), name="agentfleet-sweeper", daemon=True)
+        self._thread = threading.Thread(target=self._loop, args=(rt,), name=self.name_of_thread, daemon=True)
         self._thread.start()
 
     def stop(self, worker: Any) -> None:
@@ -56,15 +65,49 @@ class SweepTimer(bootsteps.StartStopStep):
         if self._thread is not None:
             self._thread.join(timeout=10)
 
-    def _loop(self, rt: Any) -> None:
-        while not self._stop.wait(rt.settings.sweep_interval_s):
+    def _loop(self, rt: Runtime) -> None:
+        while not self._stop.wait(self.interval(rt)):
             try:
-                findings = sweep(rt)
-            except Exception:  # the database or broker is away: the next tick tries again
-                log.exception("sweep failed")
-                continue
-            for f in findings or []:
-                log.info("sweeper: %s %s", f.action, f.reason, extra={"run_id": f.run_id, "quiet_s": f.quiet_s})
+                self.tick(rt)
+            except Exception:  # the database, broker or Redis is away: the next tick tries again
+                log.exception("%s failed", self.name_of_thread)
+
+
+class SweepTimer(_Timer):
+    """Observer workers look for stalled runs every ``sweep_interval_s``; one sweep acts at a time fleet-wide."""
+
+    role = C.OBSERVER
+    name_of_thread = "agentfleet-sweeper"
+
+    def interval(self, rt: Runtime) -> float:
+        return rt.settings.sweep_interval_s
+
+    def tick(self, rt: Runtime) -> None:
+        for f in sweep(rt) or []:
+            log.info("sweeper: %s %s", f.action, f.reason, extra={"run_id": f.run_id, "quiet_s": f.quiet_s})
+
+
+class HealthTimer(_Timer):
+    """Executor workers (which host the tool code) re-check tools whose cached health has expired.
+
+    Every executor looks each tick; the one that claims an expired check runs it, the rest
+    leave it, so the fleet runs each check about once per TTL however many executors it has.
+    """
+
+    role = C.EXECUTOR
+    name_of_thread = "agentfleet-health"
+
+    def __init__(self, parent: Any, **kwargs: Any) -> None:
+        self._plans: dict[str, CheckPlan] | None = None
+        super().__init__(parent, **kwargs)
+
+    def interval(self, rt: Runtime) -> float:
+        return rt.settings.health_tick_s
+
+    def tick(self, rt: Runtime) -> None:
+        if self._plans is None:
+            self._plans = plan_checks(t for agent in rt.agents.all() for t in agent.tools.values())
+        rt.dispatch.health.check_due(self._plans)
 
 
 class InboxConsumer(bootsteps.ConsumerStep):

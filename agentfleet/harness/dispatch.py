@@ -1,0 +1,110 @@
+"""Health-gated dispatch: what the planner offers and what the executor runs.
+
+One object per process composes the fleet-wide facts (health entries, breakers)
+with the pure rules in ``gate``: ``offer`` filters an agent's tools for the model,
+``call`` refuses a tool that is down before it starts (no thread, no subprocess),
+serves read-only results from the cache, holds a declared resource lock, runs the
+call and tells the breaker how it went.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from agentfleet.config.settings import Settings
+from agentfleet.errors import ErrorCode, ToolError
+from agentfleet.harness.breaker import Breaker
+from agentfleet.harness.fleet_redis import FleetRedis
+from agentfleet.harness.gate import Availability, BreakerEntry, HealthEntry, Offer, Transition, offer
+from agentfleet.harness.health_cache import HealthCache
+from agentfleet.harness.locks import resource_lock
+from agentfleet.harness.result_cache import ResultCache
+from agentfleet.harness.runner import run_bound
+from agentfleet.harness.tool import Tool, ToolContext
+from agentfleet.loop.transcript import ToolResult
+
+TRIAL_MARGIN_S = 5.0
+
+
+class ToolDispatch:
+    def __init__(self, redis: FleetRedis, settings: Settings, *, by: str,
+                 report: Callable[[Transition], None]) -> None:
+        self.redis = redis
+        self.settings = settings
+        self.health = HealthCache(redis, settings, by=by, report=report)
+        self.breaker = Breaker(redis, settings, by=by, report=report)
+        self.cache = ResultCache(redis)
+
+    def availability(self, tools: Sequence[str]) -> dict[str, Availability]:
+        """Each tool's availability now, from one round trip for health entries and breakers."""
+        names = list(tools)
+        if not names:
+            return {}
+        keys = [self.health.key(t) for t in names] + [self.breaker.key(t) for t in names]
+        raw = self.redis.fail_open(lambda r: r.mget(keys), [None] * len(keys))
+        now, cooldown = time.time(), self.settings.breaker_cooldown_s
+        return {t: Availability.of(HealthEntry.loads(raw[i]), BreakerEntry.loads(raw[len(names) + i]), now, cooldown)
+                for i, t in enumerate(names)}
+
+    def offer(self, tools: Sequence[Tool]) -> Offer:
+        """The tools to offer the model now (fallbacks in place of down tools) and what is missing."""
+        return offer([(t.name, t.fallback) for t in tools], self.availability([t.name for t in tools]))
+
+    def call(self, tool: Tool, arguments: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        started = time.perf_counter()
+        try:
+            kwargs = tool.bind(arguments)
+        except ToolError as exc:
+            return ToolResult.failure(exc.code, exc.message, exc.hint, _ms(started))
+        timeout = tool.effective_timeout_s(self.settings)
+        here = self.availability([tool.name])[tool.name]
+        trial = False
+        if here.available and here.trial_due:
+            entry = BreakerEntry.loads(self.redis.fail_open(lambda r: r.get(self.breaker.key(tool.name)), None))
+            if entry is not None:
+                trial = self.breaker.claim_trial(tool.name, entry, timeout + TRIAL_MARGIN_S)
+                if not trial:
+                    here = Availability(False, "another call is testing whether it has recovered", breaker="half_open")
+        if not here.available:
+            return _unavailable(tool, here, _ms(started))
+        ttl = self.settings.tool_cache_ttl_s if tool.cache_ttl_s is None else tool.cache_ttl_s
+        cached = tool.read_only and ttl > 0 and not trial
+        if cached:
+            hit, output = self.cache.get(tool.name, kwargs)
+            if hit:
+                return ToolResult(ok=True, output=output, duration_ms=_ms(started), cache_hit=True)
+        result = self._run(tool, kwargs, ctx, timeout, started)
+        self.breaker.record(tool.name, result, trial=trial)
+        if cached and result.ok:
+            self.cache.put(tool.name, kwargs, result.output, ttl)
+        return result
+
+    def _run(self, tool: Tool, kwargs: dict[str, Any], ctx: ToolContext, timeout: float,
+             started: float) -> ToolResult:
+        resource = tool.lock_key(kwargs)
+        if resource is None:
+            return run_bound(tool, kwargs, ctx, timeout, started)
+        try:
+            # Held past the timeout so a call abandoned there (still running) keeps others out a while.
+            with resource_lock(self.redis, resource, wait_s=timeout, hold_s=2 * timeout + TRIAL_MARGIN_S) as held:
+                result = run_bound(tool, kwargs, ctx, timeout, time.perf_counter())
+                if result.error_code == ErrorCode.TIMEOUT:
+                    held.keep()
+                return result
+        except ToolError as exc:  # the lock was not had: the tool did not run
+            return ToolResult.failure(exc.code, exc.message, exc.hint, _ms(started), retryable=True)
+
+
+def _unavailable(tool: Tool, here: Availability, duration_ms: float) -> ToolResult:
+    hint = (f"Use {tool.fallback} instead, or call {tool.name} again later." if tool.fallback
+            else f"Do without {tool.name}, or call it again later.")
+    return ToolResult.failure(ErrorCode.TOOL_UNAVAILABLE, f"{tool.name} is unavailable: {here.reason}", hint,
+                              duration_ms, retryable=True)
+
+
+def _ms(started: float) -> float:
+    return round((time.perf_counter() - started) * 1000, 3)
+
+

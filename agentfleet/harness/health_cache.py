@@ -1,0 +1,122 @@
+"""Tool health as a fleet-wide fact: one expiring Redis key per tool, re-checked by one executor.
+
+Executors host the tool code, so they run the checks, on a timer (``HealthTimer``).
+An entry lives ``ttl_s`` while healthy and ``down_ttl_s`` while down; when it
+expires, the next executor to notice claims the check with ``SET NX`` and the rest
+leave it alone, so a fleet of N executors checks a tool once per TTL, not N times.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+
+from redis import Redis
+
+from agentfleet import constants as C
+from agentfleet.config.settings import Settings
+from agentfleet.harness.fleet_redis import FleetRedis, RedisUnavailable
+from agentfleet.harness.gate import HealthEntry, Transition, check_transition
+from agentfleet.harness.health import HealthCheck, run_check
+from agentfleet.harness.tool import Tool
+
+log = logging.getLogger(__name__)
+CLAIM_MARGIN_S = 2.0
+
+
+@dataclass
+class CheckPlan:
+    """A check and the tools whose entries it writes (tools sharing a check share one run of it)."""
+
+    check: HealthCheck
+    tools: list[str] = field(default_factory=list)
+
+
+def plan_checks(tools: Iterable[Tool]) -> dict[str, CheckPlan]:
+    plans: dict[str, CheckPlan] = {}
+    for t in tools:
+        if t.health_check is None:
+            continue
+        plan = plans.setdefault(t.health_check.name, CheckPlan(t.health_check))
+        if t.name not in plan.tools:
+            plan.tools.append(t.name)
+    return plans
+
+
+class HealthCache:
+    def __init__(self, redis: FleetRedis, settings: Settings, *, by: str,
+                 report: Callable[[Transition], None]) -> None:
+        self.redis = redis
+        self.settings = settings
+        self.by = by
+        self.report = report
+        self.runs = 0  # checks this process ran (for tests and `agentfleet tools`)
+
+    def key(self, tool: str) -> str:
+        return self.redis.key(C.HEALTH_KEY, tool)
+
+    def entries(self, tools: list[str]) -> dict[str, HealthEntry | None]:
+        """Cached entries by tool (fail open: Redis away means every tool is unknown)."""
+        if not tools:
+            return {}
+        raw = self.redis.fail_open(lambda r: r.mget([self.key(t) for t in tools]), [None] * len(tools))
+        return {t: HealthEntry.loads(v) for t, v in zip(tools, raw, strict=True)}
+
+    def check_due(self, plans: Mapping[str, CheckPlan]) -> int:
+        """Run every check one of whose entries has expired and that no other executor has claimed."""
+        if not plans:
+            return 0
+        ran = 0
+        for plan in plans.values():
+            try:
+                if any(e is None for e in self.entries(plan.tools).values()) and self._claim(plan):
+                    ran += self._run(plan)
+            except RedisUnavailable:
+                return ran
+        return ran
+
+    def _claim_key(self, plan: CheckPlan) -> str:
+        return self.redis.key(C.HEALTH_CLAIM_KEY, plan.check.name)
+
+    def _claim(self, plan: CheckPlan) -> bool:
+        hold_ms = int((self.timeout_s(plan.check) + CLAIM_MARGIN_S) * 1000)
+        return bool(self.redis.attempt(lambda r: r.set(self._claim_key(plan), self.by, nx=True, px=hold_ms)))
+
+    def timeout_s(self, check: HealthCheck) -> float:
+        return check.timeout_s or self.settings.tier_timeout_s(check.tier)
+
+    def _run(self, plan: CheckPlan) -> int:
+        try:
+            # Claimed: but another executor may have written the entries between our read and
+            # our claim (it releases its claim after writing). Check again before running.
+            if all(e is not None for e in self.entries(plan.tools).values()):
+                return 0
+            outcome = run_check(plan.check, self.timeout_s(plan.check))
+            self.runs += 1
+            entry = HealthEntry("healthy" if outcome.healthy else "down", outcome.detail, time.time(), self.by)
+            self.write(plan, entry)
+            return 1
+        finally:
+            self.redis.fail_open(lambda r: r.delete(self._claim_key(plan)), 0)
+
+    def write(self, plan: CheckPlan, entry: HealthEntry) -> None:
+        check = plan.check
+        ttl = (check.ttl_s or self.settings.health_ttl_healthy_s) if entry.status == "healthy" \
+            else (check.down_ttl_s or self.settings.health_ttl_down_s)
+        value = entry.dumps()
+
+        def store(r: Redis) -> list[object]:
+            pipe = r.pipeline(transaction=False)
+            for t in plan.tools:
+                pipe.set(self.key(t), value, px=int(ttl * 1000))
+                pipe.set(self.redis.key(C.HEALTH_LAST_KEY, t), entry.status, get=True)
+            return pipe.execute()
+
+        replies = self.redis.attempt(store)
+        for t, previous in zip(plan.tools, replies[1::2], strict=True):
+            change = check_transition(t, previous, entry)
+            if change is not None:
+                log.warning("tool %s is now %s", t, entry.status, extra={"tool": t, "detail": entry.detail})
+                self.report(change)

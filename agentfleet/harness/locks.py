@@ -1,0 +1,58 @@
+"""Resource locks a tool declares (``@tool(lock="ticket:{ticket_id}")``), held in Redis while a call runs.
+
+redis-py's ``Lock`` gives each holder a token and releases only its own, so a lock
+that expired and was taken by another call is never released by the first. Locks
+fail closed: without Redis a tool that declares one does not run.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from redis.exceptions import LockError
+
+from agentfleet import constants as C
+from agentfleet.errors import ErrorCode, ToolError
+from agentfleet.harness.fleet_redis import FleetRedis, RedisUnavailable
+
+log = logging.getLogger(__name__)
+
+
+class HeldLock:
+    """A lock being held; ``keep()`` leaves it to expire instead of releasing it."""
+
+    def __init__(self) -> None:
+        self.kept = False
+
+    def keep(self) -> None:
+        self.kept = True
+
+
+@contextmanager
+def resource_lock(redis: FleetRedis, resource: str, *, wait_s: float, hold_s: float) -> Iterator[HeldLock]:
+    """Hold ``resource`` for the block, or raise ToolError(TRANSIENT) without running it.
+
+    ``hold_s`` bounds how long a holder that died keeps others out. A call abandoned at its
+    timeout may still be running, so its caller keeps the lock until it expires (``keep``).
+    """
+    lock = redis.client.lock(redis.key(C.LOCK_KEY, resource), timeout=hold_s, blocking_timeout=wait_s,
+                             thread_local=False)
+    try:
+        acquired = redis.attempt(lambda _r: lock.acquire())
+    except RedisUnavailable:
+        raise ToolError(f"cannot take the lock on {resource!r}: Redis is unreachable", code=ErrorCode.TRANSIENT,
+                        hint="This tool never runs without its lock; try again shortly.") from None
+    if not acquired:
+        raise ToolError(f"{resource!r} is locked by another call (waited {wait_s:g}s)", code=ErrorCode.TRANSIENT,
+                        hint="Another run is changing the same resource; try again shortly.")
+    held = HeldLock()
+    try:
+        yield held
+    finally:
+        if not held.kept:
+            try:
+                redis.attempt(lambda _r: lock.release())
+            except (LockError, RedisUnavailable) as exc:  # expired (and maybe taken): not ours to release
+                log.warning("lock on %s was not released by us: %s", resource, exc)
