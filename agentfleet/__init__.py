@@ -14,6 +14,7 @@ from agentfleet.errors import (
     TransientToolError,
 )
 from agentfleet.events.contracts import Goal, Result, ResultStatus
+from agentfleet.harness.health import HealthCheck, health_check
 from agentfleet.harness.tool import Tool, ToolContext, tool
 from agentfleet.loop.budgets import Limits
 from agentfleet.loop.transcript import Message, ModelTurn, ToolCall, ToolResult, Usage
@@ -29,6 +30,7 @@ __all__ = [
     "ErrorCode",
     "Goal",
     "GoalRejected",
+    "HealthCheck",
     "Limits",
     "Message",
     "Model",
@@ -48,5 +50,6 @@ __all__ = [
     "TransientToolError",
     "Usage",
     "__version__",
+    "health_check",
     "tool",
 ]

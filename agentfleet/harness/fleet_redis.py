@@ -16,7 +16,9 @@ from collections.abc import Callable
 from typing import TypeVar
 
 import redis
+from redis.backoff import NoBackoff
 from redis.exceptions import BusyLoadingError, ConnectionError, ReadOnlyError, TimeoutError
+from redis.retry import Retry
 
 from agentfleet import constants as C
 from agentfleet.config.settings import Settings
@@ -38,8 +40,13 @@ def connect(settings: Settings) -> redis.Redis:
         return fakeredis.FakeRedis(server=fakeredis.FakeServer(), decode_responses=True)
     return redis.Redis.from_url(
         settings.redis_url, decode_responses=True, socket_timeout=C.REDIS_SOCKET_TIMEOUT_S,
-        socket_connect_timeout=C.REDIS_SOCKET_TIMEOUT_S, health_check_interval=30,
+        socket_connect_timeout=C.REDIS_SOCKET_TIMEOUT_S, health_check_interval=30, retry=no_retry(),
     )
+
+
+def no_retry() -> Retry:
+    """redis-py retries a failed command with backoff (seconds per call); an outage is ours to handle, once."""
+    return Retry(NoBackoff(), 0)
 
 
 class RedisUnavailable(Exception):
