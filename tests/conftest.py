@@ -10,6 +10,7 @@ import socket
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,6 +20,7 @@ from agentfleet.workers.processes import WorkerProcesses as WorkerProcs
 ROOT = Path(__file__).resolve().parents[1]
 PG_ADMIN_URL = os.environ.get("AGENTFLEET_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
 BROKER_URL = os.environ.get("AGENTFLEET_TEST_BROKER", "amqp://guest:guest@127.0.0.1:5672//")
+REDIS_URL = os.environ.get("AGENTFLEET_TEST_REDIS", "redis://127.0.0.1:6379/0")
 TEST_AGENTS = "agentfleet.examples.repo_report,tests.fixtures.agents"
 SERVICES = {"rabbitmq": ("127.0.0.1", 5672), "postgres": ("127.0.0.1", 5432), "redis": ("127.0.0.1", 6379)}
 
@@ -84,6 +86,25 @@ def namespace() -> Iterator[str]:
     yield ns
     with Connection(BROKER_URL) as conn:
         Topology(ns).delete(conn)
+    if _reachable(*SERVICES["redis"]):  # the namespace's health entries, breakers, cache and locks
+        import redis
+
+        client = redis.Redis.from_url(REDIS_URL)
+        keys = list(client.scan_iter(f"{ns}:*", count=1000))
+        if keys:
+            client.delete(*keys)
+        client.close()
+
+
+@pytest.fixture
+def fleet_redis(namespace: str) -> Iterator[Any]:
+    """The real Redis the test's fleet uses (its keys are under the namespace)."""
+    require("redis")
+    import redis
+
+    client = redis.Redis.from_url(REDIS_URL, decode_responses=True)
+    yield client
+    client.close()
 
 
 @pytest.fixture
@@ -92,6 +113,7 @@ def distributed_env(namespace: str, pg_url: str, tmp_path: Path, monkeypatch: py
     env = {
         "AGENTFLEET_PROFILE": "distributed",
         "AGENTFLEET_BROKER_URL": BROKER_URL,
+        "AGENTFLEET_REDIS_URL": REDIS_URL,
         "AGENTFLEET_DATABASE_URL": pg_url,
         "AGENTFLEET_NAMESPACE": namespace,
         "AGENTFLEET_AGENTS": TEST_AGENTS,

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import socket
+import subprocess
 import time
 import uuid
 from collections.abc import Iterator
@@ -15,6 +17,8 @@ from sqlalchemy import text
 
 from agentfleet.store.repository import RunRecord, Store, lock_id
 from agentfleet.workers.progress import wait_for_end
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @contextmanager
@@ -91,5 +95,47 @@ class AmqpClient:
             out.append((props, body))
         return out
 
+    def subscribe_public(self, namespace: str, routing_key: str) -> str:
+        """A private queue bound to ``<ns>.public`` (declared here: a dashboard may start before the fleet)."""
+        exchange = f"{namespace}.public"
+        self.channel.exchange_declare(exchange, "topic", durable=True)
+        queue = self.channel.queue_declare(queue="", exclusive=True).method.queue
+        self.channel.queue_bind(queue, exchange, routing_key=routing_key)
+        return queue
+
     def close(self) -> None:
         self.connection.close()
+
+
+class RedisOutage:
+    def __init__(self, host: str = "127.0.0.1", port: int = 6379) -> None:
+        self.address = (host, port)
+
+    def up(self) -> bool:
+        try:
+            with socket.create_connection(self.address, timeout=1):
+                return True
+        except OSError:
+            return False
+
+    def wait_down(self, timeout: float = 20.0) -> None:
+        deadline = time.monotonic() + timeout
+        while self.up():
+            if time.monotonic() > deadline:
+                raise TimeoutError("Redis did not stop")
+            time.sleep(0.05)
+
+
+@contextmanager
+def redis_restarted() -> Iterator[RedisOutage]:
+    """Redis stopped for the block (``redis-cli shutdown nosave``), then started again as CI starts it."""
+    outage = RedisOutage()
+    subprocess.run(["redis-cli", "-h", outage.address[0], "-p", str(outage.address[1]), "shutdown", "nosave"],
+                   capture_output=True, timeout=30)
+    try:
+        yield outage
+    finally:
+        subprocess.run(["bash", str(ROOT / ".ci" / "services")], capture_output=True, timeout=180)
+        deadline = time.monotonic() + 60
+        while not outage.up() and time.monotonic() < deadline:
+            time.sleep(0.1)
