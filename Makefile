@@ -16,9 +16,11 @@ $(STAMP): pyproject.toml | $(BIN)/python
 
 install: $(STAMP)
 
-## Run the bundled example agent end to end in embedded mode (no services, no API key).
+## Run the bundled example agents end to end in embedded mode (no services, no API key).
+## AGENTFLEET_DEMO_DU=/no/such/du make run breaks disk_usage's health check on purpose: watch the gate.
 run: install
 	$(BIN)/agentfleet run repo_report --input '{"path": "agentfleet"}'
+	$(BIN)/agentfleet run disk_usage --input '{"path": "agentfleet"}'
 
 ## The whole suite: lint, unit, integration (real RabbitMQ, Postgres, Redis on localhost).
 test: install

@@ -108,7 +108,7 @@ def run(
             _exit_for(result)
         if not as_json:
             assert spec is not None
-            note = " (recorded turns: no network, no API key)" if getattr(spec.model, "offline", False) else ""
+            note = " (offline: no network, no API key)" if getattr(spec.model, "offline", False) else ""
             out.print(f"[bold]agentfleet[/] embedded · agent [cyan]{agent}[/] · model {spec.model.name}{note}")
             out.print(f"run {run_id}")
         result = follow(fleet.store, run_id, None if as_json else out, timeout_s=timeout)
@@ -296,6 +296,76 @@ def agents(as_json: Annotated[bool, typer.Option("--json", help="Print JSON")] =
         return
     for name, spec in specs.items():
         out.print(f"[cyan]{name}[/] model={spec['model']} tools={', '.join(spec['tools'])}")
+
+
+@app.command()
+def tools(
+    agent: Annotated[str | None, typer.Option("--agent", "-a", help="Only this agent's tools")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON")] = False,
+) -> None:
+    """Every tool with its agent, tier, timeout, fallback and lock, and the fleet's view of its health."""
+    rt = _runtime(get_settings())
+    agents = [a for a in rt.agents.all() if agent is None or a.name == agent]
+    if agent is not None and not agents:
+        err.print(f"no agent {agent!r} (loaded: {', '.join(rt.agents.names())})")
+        raise typer.Exit(2)
+    rows = [{"agent": a.name, **row} for a in agents for row in rt.dispatch.status(list(a.tools.values()))]
+    reachable = rt.redis.fail_open(lambda r: bool(r.ping()), False)
+    if as_json:
+        print(json.dumps({"redis": "reachable" if reachable else "unreachable", "tools": rows}, default=str))
+        return
+    if rt.settings.embedded:
+        out.print("[yellow]embedded profile:[/] health, breakers and the cache live inside the running process; "
+                  "this shows declarations only")
+    elif not reachable:
+        out.print(f"[bold red]Redis unreachable[/] at {rt.settings.redis_url}: gates fail open (every tool counts "
+                  "as healthy), breakers and the cache are skipped, tools that declare a lock refuse to run")
+    table = Table("agent", "tool", "tier", "timeout", "idem/ro", "fallback", "lock", "health", "age", "detail",
+                  "breaker", "cache hits")
+    for r in rows:
+        colour = {"healthy": "green", "down": "red"}.get(r["health"], "dim")
+        table.add_row(r["agent"], r["tool"], r["tier"] or "-", f"{r['timeout_s']:g}s",
+                      f"{'I' if r['idempotent'] else '-'}{'R' if r['read_only'] else '-'}", r["fallback"] or "-",
+                      r["lock"] or "-", f"[{colour}]{r['health']}[/]",
+                      "-" if r["age_s"] is None else f"{r['age_s']:.0f}s", (r["detail"] or "-")[:60],
+                      r["breaker"], str(r["cache_hits"]))
+    out.print(table)
+
+
+@app.command()
+def health(as_json: Annotated[bool, typer.Option("--json", help="Print JSON")] = False) -> None:
+    """Exit 0 when the fleet's Redis and every declared health check are healthy, 1 otherwise.
+
+    For a container healthcheck. A check with no fresh answer in Redis is run here.
+    """
+    from agentfleet.harness.health import run_check
+    from agentfleet.harness.health_cache import plan_checks
+
+    rt = _runtime(get_settings())
+    reachable = rt.redis.fail_open(lambda r: bool(r.ping()), False)
+    plans = plan_checks(t for a in rt.agents.all() for t in a.tools.values())
+    checks: dict[str, dict[str, Any]] = {}
+    for name, plan in plans.items():
+        entries = rt.dispatch.health.entries(plan.tools) if reachable else {}
+        known = [e for e in entries.values() if e is not None]
+        if known:
+            worst = min(known, key=lambda e: e.status == "healthy")
+            checks[name] = {"status": worst.status, "detail": worst.detail, "checked_by": worst.checked_by}
+        else:
+            outcome = run_check(plan.check, rt.dispatch.health.timeout_s(plan.check))
+            checks[name] = {"status": "healthy" if outcome.healthy else "down", "detail": outcome.detail,
+                            "checked_by": "here"}
+    healthy = reachable and all(c["status"] == "healthy" for c in checks.values())
+    if as_json:
+        print(json.dumps({"healthy": healthy, "redis": "reachable" if reachable else "unreachable",
+                          "checks": checks}))
+    else:
+        out.print(f"redis {'[green]reachable[/]' if reachable else '[red]unreachable[/]'} "
+                  f"({rt.settings.redis_url if not rt.settings.embedded else 'in-process'})")
+        for name, c in checks.items():
+            colour = "green" if c["status"] == "healthy" else "red"
+            out.print(f"check {name}: [{colour}]{c['status']}[/] {c['detail'] or ''} (by {c['checked_by']})")
+    raise typer.Exit(0 if healthy else 1)
 
 
 @app.command()

@@ -137,8 +137,9 @@ def fleet(roles: dict[str, int], *worker_args: str) -> Iterator[Fleet]:
     with scratch_database(PG_ADMIN, prefix="agentfleet_bench") as url, \
             tempfile.TemporaryDirectory() as tmp:
         env = {"AGENTFLEET_PROFILE": "distributed", "AGENTFLEET_BROKER_URL": BROKER, "AGENTFLEET_DATABASE_URL": url,
-               "AGENTFLEET_NAMESPACE": namespace, "AGENTFLEET_AGENTS": "benchmarks.agents",
-               "AGENTFLEET_WORKSPACE": tmp, "AGENTFLEET_LOG_LEVEL": "WARNING", "PYTHONPATH": str(ROOT)}
+               "AGENTFLEET_REDIS_URL": REDIS, "AGENTFLEET_NAMESPACE": namespace,
+               "AGENTFLEET_AGENTS": "benchmarks.agents", "AGENTFLEET_WORKSPACE": tmp,
+               "AGENTFLEET_LOG_LEVEL": "WARNING", "PYTHONPATH": str(ROOT)}
         workers = WorkerProcesses(env, Path(tmp) / "logs", cwd=ROOT)
         engine = make_engine(url)
         try:
@@ -152,6 +153,21 @@ def fleet(roles: dict[str, int], *worker_args: str) -> Iterator[Fleet]:
             engine.dispose()
             with Connection(BROKER) as conn:
                 Topology(namespace).delete(conn)
+            _delete_redis_keys(namespace)
+
+
+def _delete_redis_keys(namespace: str) -> None:
+    """The namespace's health entries, breakers and cached results."""
+    import redis
+
+    try:
+        client = redis.Redis.from_url(REDIS)
+        keys = list(client.scan_iter(f"{namespace}:*", count=1000))
+        if keys:
+            client.delete(*keys)
+        client.close()
+    except redis.RedisError:
+        pass  # Redis away: nothing of ours to clean
 
 
 def wait_until(check: Callable[[], T], what: str, timeout: float, interval: float = 0.2) -> T:

@@ -27,7 +27,7 @@ class Settings(BaseSettings):
     redis_url: str = "redis://127.0.0.1:6379/0"
     namespace: str = Field(default=constants.DEFAULT_NAMESPACE, pattern=r"^[A-Za-z0-9_.-]+$")
     # Comma-separated modules whose import registers agents (like Celery's ``include``).
-    agents: str = "agentfleet.examples.repo_report"
+    agents: str = "agentfleet.examples.repo_report,agentfleet.examples.disk_usage"
     # Root that file tools may touch; paths outside it are refused.
     workspace: Path = Field(default_factory=Path.cwd)
     log_level: str = "INFO"

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from agentfleet import constants as C
 from agentfleet.config.settings import Settings
 from agentfleet.errors import ErrorCode, ToolError
 from agentfleet.harness.breaker import Breaker
@@ -51,6 +52,28 @@ class ToolDispatch:
     def offer(self, tools: Sequence[Tool]) -> Offer:
         """The tools to offer the model now (fallbacks in place of down tools) and what is missing."""
         return offer([(t.name, t.fallback) for t in tools], self.availability([t.name for t in tools]))
+
+    def status(self, tools: Sequence[Tool]) -> list[dict[str, Any]]:
+        """What ``agentfleet tools`` shows: each tool's declaration and the fleet's facts about it."""
+        names = [t.name for t in tools]
+        keys = ([self.health.key(n) for n in names] + [self.breaker.key(n) for n in names]
+                + [self.redis.key(C.CACHE_HITS_KEY, n) for n in names])
+        raw = self.redis.fail_open(lambda r: r.mget(keys), [None] * len(keys)) if names else []
+        now, rows = time.time(), []
+        for i, t in enumerate(tools):
+            entry, breaker = HealthEntry.loads(raw[i]), BreakerEntry.loads(raw[len(names) + i])
+            here = Availability.of(entry, breaker, now, self.settings.breaker_cooldown_s)
+            rows.append({
+                "tool": t.name, "tier": t.tier, "timeout_s": t.effective_timeout_s(self.settings),
+                "idempotent": t.idempotent, "read_only": t.read_only, "fallback": t.fallback, "lock": t.lock,
+                "check": t.health_check.name if t.health_check else None,
+                "health": entry.status if entry else "unknown",
+                "age_s": round(now - entry.checked_at, 1) if entry else None,
+                "detail": entry.detail if entry else None, "checked_by": entry.checked_by if entry else None,
+                "breaker": breaker.state if breaker else "closed", "available": here.available,
+                "why_not": here.reason, "cache_hits": int(raw[2 * len(names) + i] or 0),
+            })
+        return rows
 
     def call(self, tool: Tool, arguments: dict[str, Any], ctx: ToolContext) -> ToolResult:
         started = time.perf_counter()

@@ -32,6 +32,10 @@ class Entry:
     _dir_fd: int
     _name: str
 
+    def size(self) -> int:
+        """Bytes, from the entry itself (a link put in its place since the walk listed it is not followed)."""
+        return os.stat(self._name, dir_fd=self._dir_fd, follow_symlinks=False).st_size
+
     def read_bytes(self) -> bytes:
         fd = os.open(self._name, _ANY, dir_fd=self._dir_fd)
         try:

@@ -39,6 +39,7 @@ class _Timer(bootsteps.StartStopStep):
     requires = (DeclareTopology,)
     role = ""
     name_of_thread = ""
+    tick_at_start = False  # tick once before the worker consumes anything
 
     def __init__(self, parent: Any, **kwargs: Any) -> None:
         self._stop = threading.Event()
@@ -56,6 +57,11 @@ class _Timer(bootsteps.StartStopStep):
         queue = C.queue_name(rt.topology.namespace, self.role)
         if self.interval(rt) <= 0 or queue not in worker.app.amqp.queues.consume_from:
             return
+        if self.tick_at_start:
+            try:
+                self.tick(rt)
+            except Exception:
+                log.exception("%s failed", self.name_of_thread)
         self._stop.clear()
         self._thread = threading.Thread(target=self._loop, args=(rt,), name=self.name_of_thread, daemon=True)
         self._thread.start()
@@ -96,6 +102,9 @@ class HealthTimer(_Timer):
 
     role = C.EXECUTOR
     name_of_thread = "agentfleet-health"
+    # An executor looks at its tools' health once before it takes calls (bounded by the checks'
+    # timeouts), so the first calls after a start are gated on what is known, not on "unknown".
+    tick_at_start = True
 
     def __init__(self, parent: Any, **kwargs: Any) -> None:
         self._plans: dict[str, CheckPlan] | None = None

@@ -24,20 +24,26 @@ def _short(value: Any, limit: int = 60) -> str:
 def step_line(step: dict[str, Any]) -> str:
     ms = step.get("duration_ms") or 0.0
     if step["kind"] == "plan":
-        output = step.get("output") or {}
-        if step["status"] != "succeeded":
-            return f"iteration {step['iteration']}: model failed: {output.get('message', '')}"
-        names = output.get("calls", [])
-        calls = names
-        if FINAL_ANSWER_TOOL in names:
-            return f"iteration {step['iteration']}: model → final answer ({ms:.0f} ms)"
-        what = "1 tool call" if len(calls) == 1 else f"{len(calls)} tool calls in parallel"
-        return f"iteration {step['iteration']}: model → {what} ({ms:.0f} ms)"
+        notice = (step.get("input") or {}).get("notice")
+        line = _plan_line(step, ms)
+        return f"{line}\n  gate: {notice}" if notice else line
     result = step.get("output") or {}
     call = f"{step['name']}({_short(step.get('input') or {})})"
     if step["status"] == "succeeded":
-        return f"  ✓ {call} {ms:.1f} ms [{step.get('worker') or '?'}]"
+        source = "cache hit" if result.get("cache_hit") else f"{ms:.1f} ms"
+        return f"  ✓ {call} {source} [{step.get('worker') or '?'}]"
     return f"  ✗ {call} {result.get('error_code')}: {result.get('message')}"
+
+
+def _plan_line(step: dict[str, Any], ms: float) -> str:
+    output = step.get("output") or {}
+    if step["status"] != "succeeded":
+        return f"iteration {step['iteration']}: model failed: {output.get('message', '')}"
+    names = output.get("calls", [])
+    if FINAL_ANSWER_TOOL in names:
+        return f"iteration {step['iteration']}: model → final answer ({ms:.0f} ms)"
+    what = "1 tool call" if len(names) == 1 else f"{len(names)} tool calls in parallel"
+    return f"iteration {step['iteration']}: model → {what} ({ms:.0f} ms)"
 
 
 def wait_for_end(store: Store, run_id: str, *, timeout_s: float,

@@ -219,3 +219,47 @@ def test_with_redis_stopped_runs_finish_locked_tools_refuse_and_the_gate_returns
     client.close()
     per_worker = [log.read_text().count("Redis unreachable") for log in workers.logdir.glob("*.log")]
     assert max(per_worker) == 1 and sum(per_worker) >= 1, per_worker  # logged once per outage, not per call
+
+
+def test_the_cli_shows_the_fleets_view_of_its_tools_and_health_exits_by_it(
+    distributed_env: dict[str, str], namespace: str, fleet_redis: Any, tmp_path: Path
+) -> None:
+    import subprocess
+    import sys
+
+    from agentfleet.harness.gate import HealthEntry
+    from tests.conftest import ROOT
+
+    def cli(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "agentfleet.cli", *args], capture_output=True, text=True,
+                              cwd=ROOT, timeout=60, env={**distributed_env, "PATH": "/usr/bin:/bin",
+                                                         "PYTHONPATH": str(ROOT), **env})
+
+    fleet_redis.set(f"{namespace}:health:primary_lookup",
+                    HealthEntry("down", "refused", time.time() - 3, "executor-1").dumps())
+    fleet_redis.set(f"{namespace}:breaker:flaky", json.dumps({"state": "open", "since": time.time(), "failures": 5}))
+    fleet_redis.set(f"{namespace}:cache-hits:counted_read", 7)
+    shown = json.loads(cli("tools", "--json").stdout)
+    assert shown["redis"] == "reachable"
+    rows = {(r["agent"], r["tool"]): r for r in shown["tools"]}
+    primary = rows[("picky", "primary_lookup")]
+    assert (primary["health"], primary["detail"], primary["checked_by"], primary["fallback"], primary["tier"],
+            primary["timeout_s"]) == ("down", "refused", "executor-1", "backup_lookup", "http", 3.0)
+    assert primary["age_s"] >= 3 and not primary["available"]
+    assert rows[("flaky_caller", "flaky")]["breaker"] == "open"
+    assert rows[("cached_twice", "counted_read")]["cache_hits"] == 7
+    assert rows[("ticket_editor", "edit_ticket")]["lock"] == "ticket:{ticket_id}"
+    assert {r["tool"] for r in json.loads(cli("tools", "--agent", "picky", "--json").stdout)["tools"]} == {
+        "primary_lookup", "backup_lookup"}
+
+    down = cli("health", "--json")
+    assert down.returncode == 1 and json.loads(down.stdout)["checks"]["lookup_service"]["status"] == "down"
+    fleet_redis.set(f"{namespace}:health:primary_lookup", HealthEntry("healthy", None, time.time(), "e").dumps())
+    assert cli("health").returncode == 0
+    fleet_redis.delete(f"{namespace}:health:primary_lookup")  # unknown: checked by the command itself
+    (tmp_path / "lookup-down").touch()
+    assert cli("health").returncode == 1
+    gone = cli("health", "--json", AGENTFLEET_REDIS_URL="redis://127.0.0.1:1/0")
+    assert gone.returncode == 1 and json.loads(gone.stdout)["redis"] == "unreachable"
+    assert "Redis unreachable" in cli("tools", AGENTFLEET_REDIS_URL="redis://127.0.0.1:1/0",
+                                      COLUMNS="300").stdout

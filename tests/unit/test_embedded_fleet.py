@@ -168,3 +168,26 @@ def test_the_cli_exits_non_zero_on_a_rejected_goal(tmp_path: Path) -> None:
     )
     assert proc.returncode == 1
     assert json.loads(proc.stdout)["error_code"] == "INPUT_INVALID"
+
+
+@pytest.mark.parametrize("du", ["du", "/no/such/du"])
+def test_the_health_gate_example_falls_back_when_its_check_fails_and_says_so(tmp_path: Path, du: str) -> None:
+    import json
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "agentfleet.cli", "run", "disk_usage", "--input", '{"path": "agentfleet/loop"}'],
+        capture_output=True, text=True, cwd=ROOT, timeout=120,
+        env={"PATH": "/usr/bin:/bin", "AGENTFLEET_EMBEDDED_DATABASE_URL": f"sqlite:///{tmp_path}/cli.db",
+             "PYTHONPATH": str(ROOT), "AGENTFLEET_DEMO_DU": du, "COLUMNS": "500"},
+    )
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout[proc.stdout.index("\n{") + 1:])
+    broken = du != "du"
+    assert result["output"]["measured_by"] == ("walk" if broken else "du")
+    assert result["output"]["kib"] > 0
+    said = "gate: Tools unavailable now: du_usage (its health check failed: /no/such/du"
+    assert (said in proc.stdout) is broken, proc.stdout
