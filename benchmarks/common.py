@@ -153,10 +153,10 @@ def fleet(roles: dict[str, int], *worker_args: str) -> Iterator[Fleet]:
             engine.dispose()
             with Connection(BROKER) as conn:
                 Topology(namespace).delete(conn)
-            _delete_redis_keys(namespace)
+            delete_redis_keys(namespace)
 
 
-def _delete_redis_keys(namespace: str) -> None:
+def delete_redis_keys(namespace: str) -> None:
     """The namespace's health entries, breakers and cached results."""
     import redis
 

@@ -41,13 +41,20 @@ class ToolDispatch:
     def availability(self, tools: Sequence[str]) -> dict[str, Availability]:
         """Each tool's availability now, from one round trip for health entries and breakers."""
         names = list(tools)
-        if not names:
-            return {}
-        keys = [self.health.key(t) for t in names] + [self.breaker.key(t) for t in names]
-        raw = self.redis.fail_open(lambda r: r.mget(keys), [None] * len(keys))
+        facts, _ = self._read(names)
         now, cooldown = time.time(), self.settings.breaker_cooldown_s
-        return {t: Availability.of(HealthEntry.loads(raw[i]), BreakerEntry.loads(raw[len(names) + i]), now, cooldown)
-                for i, t in enumerate(names)}
+        return {t: Availability.of(health, breaker, now, cooldown) for t, (health, breaker) in facts.items()}
+
+    def _read(self, names: list[str], *extra: str) -> tuple[dict[str, tuple[HealthEntry | None, BreakerEntry | None]],
+                                                             list[str | None]]:
+        """Health entries and breakers of ``names``, and the values of ``extra`` keys: one MGET."""
+        if not names and not extra:
+            return {}, []
+        keys = [self.health.key(t) for t in names] + [self.breaker.key(t) for t in names] + list(extra)
+        raw = self.redis.fail_open(lambda r: r.mget(keys), [None] * len(keys))
+        n = len(names)
+        facts = {t: (HealthEntry.loads(raw[i]), BreakerEntry.loads(raw[n + i])) for i, t in enumerate(names)}
+        return facts, raw[2 * n:]
 
     def offer(self, tools: Sequence[Tool]) -> Offer:
         """The tools to offer the model now (fallbacks in place of down tools) and what is missing."""
@@ -82,26 +89,27 @@ class ToolDispatch:
         except ToolError as exc:
             return ToolResult.failure(exc.code, exc.message, exc.hint, _ms(started))
         timeout = tool.effective_timeout_s(self.settings)
-        here = self.availability([tool.name])[tool.name]
+        ttl = self.settings.tool_cache_ttl_s if tool.cache_ttl_s is None else tool.cache_ttl_s
+        cache_key = self.cache.key(tool.name, kwargs) if tool.read_only and ttl > 0 else None
+        # One round trip on the hot path: the tool's health, its breaker and (read-only) its cached result.
+        facts, cached = self._read([tool.name], *([cache_key] if cache_key else []))
+        health, breaker = facts[tool.name]
+        here = Availability.of(health, breaker, time.time(), self.settings.breaker_cooldown_s)
         trial = False
-        if here.available and here.trial_due:
-            entry = BreakerEntry.loads(self.redis.fail_open(lambda r: r.get(self.breaker.key(tool.name)), None))
-            if entry is not None:
-                trial = self.breaker.claim_trial(tool.name, entry, timeout + TRIAL_MARGIN_S)
-                if not trial:
-                    here = Availability(False, "another call is testing whether it has recovered", breaker="half_open")
+        if here.available and here.trial_due and breaker is not None:
+            trial = self.breaker.claim_trial(tool.name, breaker, timeout + TRIAL_MARGIN_S)
+            if not trial:
+                here = Availability(False, "another call is testing whether it has recovered", breaker="half_open")
         if not here.available:
             return _unavailable(tool, here, _ms(started))
-        ttl = self.settings.tool_cache_ttl_s if tool.cache_ttl_s is None else tool.cache_ttl_s
-        cached = tool.read_only and ttl > 0 and not trial
-        if cached:
-            hit, output = self.cache.get(tool.name, kwargs)
+        if cache_key and not trial:  # a trial must reach the tool
+            hit, output = self.cache.decode(tool.name, cached[0])
             if hit:
                 return ToolResult(ok=True, output=output, duration_ms=_ms(started), cache_hit=True)
         result = self._run(tool, kwargs, ctx, timeout, started)
         self.breaker.record(tool.name, result, trial=trial)
-        if cached and result.ok:
-            self.cache.put(tool.name, kwargs, result.output, ttl)
+        if cache_key and result.ok:
+            self.cache.put(cache_key, result.output, ttl)
         return result
 
     def _run(self, tool: Tool, kwargs: dict[str, Any], ctx: ToolContext, timeout: float,

@@ -30,9 +30,9 @@ class ResultCache:
         digest = hashlib.sha256(canonical(arguments).encode()).hexdigest()
         return self.redis.key(C.CACHE_KEY, tool, digest)
 
-    def get(self, tool: str, arguments: dict[str, Any]) -> tuple[bool, Any]:
-        """``(hit, output)``; a miss when Redis is away."""
-        raw = self.redis.fail_open(lambda r: r.get(self.key(tool, arguments)), None)
+    def decode(self, tool: str, raw: str | None) -> tuple[bool, Any]:
+        """``(hit, output)`` from a stored value (the dispatcher reads it with the tool's health: one round trip);
+        a hit is counted."""
         if raw is None:
             return False, None
         try:
@@ -42,9 +42,9 @@ class ResultCache:
         self.redis.fail_open(lambda r: r.incr(self.redis.key(C.CACHE_HITS_KEY, tool)), 0)
         return True, output
 
-    def put(self, tool: str, arguments: dict[str, Any], output: Any, ttl_s: float) -> None:
+    def put(self, key: str, output: Any, ttl_s: float) -> None:
         encoded = json.dumps(output)
-        self.redis.fail_open(lambda r: r.set(self.key(tool, arguments), encoded, px=int(ttl_s * 1000)), None)
+        self.redis.fail_open(lambda r: r.set(key, encoded, px=int(ttl_s * 1000)), None)
 
     def hits(self, tool: str) -> int:
         return int(self.redis.fail_open(lambda r: r.get(self.redis.key(C.CACHE_HITS_KEY, tool)), None) or 0)

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import itertools
 import statistics
+import time
+import uuid
+from pathlib import Path
 
 from agentfleet.store import Store
 from agentfleet.store.db import scratch_database
 from benchmarks.celery_floor import floor_workers
-from benchmarks.common import ONE_EACH, PG_ADMIN, Report, Sizes, fleet
+from benchmarks.common import ONE_EACH, PG_ADMIN, REDIS, Report, Sizes, delete_redis_keys, fleet
 from benchmarks.peers import run_peer
 
 SUITE = "overhead"
@@ -18,6 +21,40 @@ def iteration_times_ms(store: Store, run_id: str) -> list[float]:
     """Plan-to-plan intervals: one full iteration (plan → tool → observe) each."""
     starts = sorted(s["started_at"] for s in store.steps(run_id) if s["kind"] == "plan")
     return [(b - a).total_seconds() * 1000 for a, b in itertools.pairwise(starts)]
+
+
+def gate_cost_ms(n: int) -> tuple[list[float], list[float]]:
+    """What health-gated dispatch adds to an iteration, alone, against the real Redis.
+
+    Per sample: the planner's offer plus the executor's gated call of the bench's read-only tool
+    (health and breaker read, cache miss and store), beside the same call run bare.
+    """
+    from agentfleet.config.settings import Settings
+    from agentfleet.harness.dispatch import ToolDispatch
+    from agentfleet.harness.fleet_redis import FleetRedis, connect
+    from agentfleet.harness.runner import run_tool
+    from agentfleet.harness.tool import ToolContext
+    from benchmarks.agents import bench_loop
+
+    namespace = f"afbench-gate-{uuid.uuid4().hex[:8]}"
+    settings = Settings(redis_url=REDIS, namespace=namespace)
+    dispatch = ToolDispatch(FleetRedis(connect(settings), namespace), settings, by="bench", report=lambda t: None)
+    tools, noop = list(bench_loop.tools.values()), bench_loop.tools["noop"]
+    ctx = ToolContext(run_id="bench", call_id="c", idempotency_key="k", workspace=Path.cwd())
+    gated: list[float] = []
+    bare: list[float] = []
+    try:
+        for i in range(n):
+            started = time.perf_counter()
+            dispatch.offer(tools)
+            dispatch.call(noop, {"step": i}, ctx)
+            gated.append((time.perf_counter() - started) * 1000)
+            started = time.perf_counter()
+            run_tool(noop, {"step": i}, ctx, 5.0)
+            bare.append((time.perf_counter() - started) * 1000)
+    finally:
+        delete_redis_keys(namespace)
+    return gated, bare
 
 
 def run(sizes: Sizes, report: Report) -> None:
@@ -32,6 +69,9 @@ def run(sizes: Sizes, report: Report) -> None:
         langgraph = run_peer("langgraph_loop.py", url, sizes.peer_iterations)
 
     ours_med = report.add_ms(SUITE, "agentfleet_iteration", ours)
+    gated, bare_call = gate_cost_ms(max(200, sizes.overhead_iterations * 5))
+    report.add(SUITE, "health_gate_added_median_ms",
+               round(statistics.median(gated) - statistics.median(bare_call), 3))
     tenth = max(1, len(ours) // 10)
     report.add(SUITE, "agentfleet_first_last_10pct_median_ms",
                [round(statistics.median(ours[:tenth]), 2), round(statistics.median(ours[-tenth:]), 2)])
