@@ -27,7 +27,9 @@ def _walk(ctx: ToolContext, path: str) -> Iterator[Entry]:
     return ctx.files.walk(path, skip_dir=_skip)
 
 
-@tool(read_only=True, timeout_s=20)
+# Read-only, so a re-run after a crash may run them again; not cached, as files change under them
+# between runs (disk_usage shows the result cache).
+@tool(read_only=True, cache_ttl_s=0, timeout_s=20)
 def list_files(
     ctx: ToolContext, path: Annotated[str, Field(description="Directory, relative to the workspace")] = "."
 ) -> dict:
@@ -36,7 +38,7 @@ def list_files(
     return {"path": path, "count": len(files), "files": files[:MAX_LISTED], "truncated": len(files) > MAX_LISTED}
 
 
-@tool(read_only=True, timeout_s=10)
+@tool(read_only=True, cache_ttl_s=0, timeout_s=10)
 def read_file(
     ctx: ToolContext,
     path: Annotated[str, Field(description="File, relative to the workspace")],
@@ -51,7 +53,7 @@ def read_file(
     return {"path": path, "chars": len(text), "text": text[:max_chars], "truncated": len(text) > max_chars}
 
 
-@tool(read_only=True, timeout_s=30)
+@tool(read_only=True, cache_ttl_s=0, timeout_s=30)
 def count_lines(
     ctx: ToolContext, path: Annotated[str, Field(description="File or directory, relative to the workspace")] = "."
 ) -> dict:
