@@ -17,7 +17,7 @@ from typing import TypeVar
 
 import redis
 from redis.backoff import NoBackoff
-from redis.exceptions import BusyLoadingError, ConnectionError, ReadOnlyError, TimeoutError
+from redis.exceptions import LockError, RedisError
 from redis.retry import Retry
 
 from agentfleet import constants as C
@@ -25,7 +25,9 @@ from agentfleet.config.settings import Settings
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-OUTAGE_ERRORS = (ConnectionError, TimeoutError, BusyLoadingError, ReadOnlyError, OSError)
+# Anything Redis answers with but a value (unreachable, loading, read-only replica, out of memory)
+# is an outage to fail open or closed on; a lock not ours to release is the lock's business.
+OUTAGE_ERRORS = (RedisError, OSError)
 
 
 def connect(settings: Settings) -> redis.Redis:
@@ -76,6 +78,8 @@ class FleetRedis:
             raise RedisUnavailable("Redis is unreachable")
         try:
             value = op(self.client)
+        except LockError:
+            raise
         except OUTAGE_ERRORS as exc:
             self._outage(exc)
             raise RedisUnavailable(f"Redis is unreachable: {exc}") from exc

@@ -362,3 +362,19 @@ def test_a_tier_sets_the_timeout_and_timeout_s_overrides_it() -> None:
 def _described(ticket_id: str = "t") -> dict:
     """A tool."""
     return {}
+
+
+def test_a_redis_that_answers_with_errors_counts_as_away(tmp_path: Path) -> None:
+    class OutOfMemory(fakeredis.FakeRedis):
+        def execute_command(self, *args: object, **options: object) -> object:
+            raise redis.exceptions.ResponseError("OOM command not allowed when used memory > 'maxmemory'")
+
+    d = ToolDispatch(FleetRedis(OutOfMemory(), "t"), settings(), by="e1", report=lambda t: None)
+
+    @tool(read_only=True)
+    def still_works() -> dict:
+        """Works."""
+        return {"fine": True}
+
+    assert d.call(still_works, {}, ctx(tmp_path)).output == {"fine": True}
+    assert d.offer([still_works]).tools == ["still_works"] and not d.redis.available
