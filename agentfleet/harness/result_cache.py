@@ -10,6 +10,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
+import os
+import queue
+import threading
 from typing import Any
 
 from pydantic_core import to_jsonable_python
@@ -22,9 +26,21 @@ def canonical(arguments: dict[str, Any]) -> str:
     return json.dumps(to_jsonable_python(arguments), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
+log = logging.getLogger(__name__)
+PENDING_WRITES = 1000  # results waiting to be stored; beyond that a result is simply not cached
+
+
 class ResultCache:
+    """Reads on the caller's thread (with the tool's health, in the dispatcher's one round trip); writes
+    on a thread of its own, off the call's path: the Result goes out without waiting for Redis, and a
+    write lost to a crash only costs a later miss."""
+
     def __init__(self, redis: FleetRedis) -> None:
         self.redis = redis
+        self._writes: queue.Queue[tuple[str, str, int]] = queue.Queue(PENDING_WRITES)
+        self._writer: threading.Thread | None = None
+        self._writer_pid = 0
+        self._lock = threading.Lock()
 
     def key(self, tool: str, arguments: dict[str, Any]) -> str:
         digest = hashlib.sha256(canonical(arguments).encode()).hexdigest()
@@ -43,8 +59,27 @@ class ResultCache:
         return True, output
 
     def put(self, key: str, output: Any, ttl_s: float) -> None:
-        encoded = json.dumps(output)
-        self.redis.fail_open(lambda r: r.set(key, encoded, px=int(ttl_s * 1000)), None)
+        """Store a result in the background."""
+        self._start_writer()
+        try:
+            self._writes.put_nowait((key, json.dumps(output), int(ttl_s * 1000)))
+        except queue.Full:
+            log.debug("result cache writes are behind; not caching %s", key)
+
+    def _start_writer(self) -> None:
+        if self._writer_pid == os.getpid():
+            return
+        with self._lock:  # once per process: a prefork child does not inherit its parent's thread
+            if self._writer_pid != os.getpid():
+                self._writes = queue.Queue(PENDING_WRITES)
+                self._writer = threading.Thread(target=self._write_loop, name="agentfleet-cache", daemon=True)
+                self._writer.start()
+                self._writer_pid = os.getpid()
+
+    def _write_loop(self) -> None:
+        while True:
+            key, encoded, ttl_ms = self._writes.get()
+            self.redis.fail_open(lambda r, k=key, v=encoded, t=ttl_ms: r.set(k, v, px=t), None)
 
     def hits(self, tool: str) -> int:
         return int(self.redis.fail_open(lambda r: r.get(self.redis.key(C.CACHE_HITS_KEY, tool)), None) or 0)

@@ -242,10 +242,19 @@ def test_a_read_only_result_is_served_from_the_cache_under_its_canonical_argumen
 
     d = dispatch(server)
     first = d.call(read, {}, ctx(tmp_path))
+    stored = d.cache.key("read", {"path": "."})
+    _eventually(lambda: fakeredis.FakeRedis(server=server).exists(stored))  # written off the call's path
     second = d.call(read, {"path": "."}, ctx(tmp_path))
     assert first.ok and not first.cache_hit and second.cache_hit and second.output == {"path": "."}
     assert entered == ["."] and d.cache.hits("read") == 1
     assert not d.call(read, {"path": "src"}, ctx(tmp_path)).cache_hit
+
+
+def _eventually(check: object, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():  # type: ignore[operator]
+        assert time.monotonic() < deadline, "not within the timeout"
+        time.sleep(0.005)
 
 
 def test_a_locked_resource_is_never_written_twice_at_once(server: fakeredis.FakeServer, tmp_path: Path) -> None:
