@@ -18,6 +18,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from redis import Redis
 
@@ -30,6 +31,32 @@ from agentfleet.loop.transcript import ToolResult
 
 log = logging.getLogger(__name__)
 TOOL_FAULTS = frozenset({ErrorCode.TIMEOUT, ErrorCode.TRANSIENT, ErrorCode.INTERNAL})
+
+# KEYS: breaker, trial. ARGV: the breaker as read, our token, hold (ms), the half-open breaker.
+CLAIM_TRIAL = """
+local current = redis.call('GET', KEYS[1])
+if not current then return 2 end
+if current ~= ARGV[1] then return 0 end
+if not redis.call('SET', KEYS[2], ARGV[2], 'NX', 'PX', ARGV[3]) then return 0 end
+redis.call('SET', KEYS[1], ARGV[4])
+return 1
+"""
+TRIAL_CLAIMED, TRIAL_CLOSED = 1, 2
+# KEYS: breaker, trial, failures. ARGV: our token, the re-opened breaker ("" when the trial succeeded).
+END_TRIAL = """
+if redis.call('GET', KEYS[2]) ~= ARGV[1] then return 0 end
+if ARGV[2] == '' then redis.call('DEL', KEYS[1], KEYS[3]) else redis.call('SET', KEYS[1], ARGV[2]) end
+redis.call('DEL', KEYS[2])
+return 1
+"""
+
+
+@dataclass(frozen=True)
+class Trial:
+    """Whether a call may go ahead, and its token when it is the breaker's trial."""
+
+    admitted: bool
+    token: str | None = None
 
 
 def points_at_tool(result: ToolResult) -> bool:
@@ -47,27 +74,29 @@ class Breaker:
     def key(self, tool: str) -> str:
         return self.redis.key(C.BREAKER_KEY, tool)
 
-    def claim_trial(self, tool: str, entry: BreakerEntry, hold_s: float) -> bool:
-        """Be the one call a cooled-down breaker lets through; False when another call is it."""
-        trial = self.redis.key(C.BREAKER_TRIAL_KEY, tool)
+    def claim_trial(self, tool: str, entry: BreakerEntry, hold_s: float) -> Trial:
+        """Try to be the one call a cooled-down breaker lets through.
+
+        Compare-and-set on the breaker as it was read (a script, atomic in Redis): a breaker that
+        closed, re-opened or was claimed since is not claimed again, so a late reader never
+        resurrects a half-open state another call has already ended.
+        """
+        token = uuid.uuid4().hex
         half = BreakerEntry("half_open", time.time(), entry.failures)
+        keys = [self.key(tool), self.redis.key(C.BREAKER_TRIAL_KEY, tool)]
+        args = [entry.dumps(), token, int(hold_s * 1000), half.dumps()]
+        won = self.redis.fail_open(lambda r: int(r.eval(CLAIM_TRIAL, 2, *keys, *args)), TRIAL_CLOSED)
+        if won == TRIAL_CLAIMED:
+            if entry.state == "open":
+                self._announce(tool, "half_open", f"letting one call through after {entry.failures} failures")
+            return Trial(True, token)
+        return Trial(won == TRIAL_CLOSED)  # closed meanwhile: an ordinary call; else another call is the trial
 
-        def claim(r: Redis) -> bool:
-            if not r.set(trial, self.by, nx=True, px=int(hold_s * 1000)):
-                return False
-            r.set(self.key(tool), half.dumps())
-            return True
-
-        won = self.redis.fail_open(claim, True)
-        if won and entry.state == "open":
-            self._announce(tool, "half_open", f"letting one call through after {entry.failures} failures")
-        return won
-
-    def record(self, tool: str, result: ToolResult, *, trial: bool) -> None:
+    def record(self, tool: str, result: ToolResult, *, trial: Trial | None) -> None:
         """Count a finished call (skipped while Redis is away)."""
         fault = points_at_tool(result)
-        if trial:
-            self._end_trial(tool, result, fault)
+        if trial is not None and trial.token:
+            self._end_trial(tool, result, fault, trial.token)
         elif fault:
             self._count_failure(tool, result)
 
@@ -92,25 +121,16 @@ class Breaker:
             self._announce(tool, "open", f"{n} failures in {window:g}s, the last {result.error_code}: "
                                          f"{(result.message or '')[:200]}")
 
-    def _end_trial(self, tool: str, result: ToolResult, fault: bool) -> None:
-        trial = self.redis.key(C.BREAKER_TRIAL_KEY, tool)
-        if fault:
-            opened = BreakerEntry("open", time.time(), self.settings.breaker_failures)
-
-            def reopen(r: Redis) -> None:
-                pipe = r.pipeline(transaction=True)
-                pipe.set(self.key(tool), opened.dumps())
-                pipe.delete(trial)
-                pipe.execute()
-
-            self.redis.fail_open(reopen, None)
-            self._announce(tool, "open", f"the trial call failed: {result.error_code}: {(result.message or '')[:200]}")
+    def _end_trial(self, tool: str, result: ToolResult, fault: bool, token: str) -> None:
+        """The trial's outcome decides, if it is still the trial (its claim may have expired meanwhile)."""
+        keys = [self.key(tool), self.redis.key(C.BREAKER_TRIAL_KEY, tool), self.redis.key(C.BREAKER_FAILURES_KEY, tool)]
+        reopened = BreakerEntry("open", time.time(), self.settings.breaker_failures).dumps() if fault else ""
+        ended = self.redis.fail_open(lambda r: int(r.eval(END_TRIAL, 3, *keys, token, reopened)), 0)
+        if not ended:
             return
-
-        def close(r: Redis) -> int:
-            return int(r.delete(self.key(tool), self.redis.key(C.BREAKER_FAILURES_KEY, tool), trial))
-
-        if self.redis.fail_open(close, 0):
+        if fault:
+            self._announce(tool, "open", f"the trial call failed: {result.error_code}: {(result.message or '')[:200]}")
+        else:
             self._announce(tool, "closed", "the trial call succeeded")
 
     def _announce(self, tool: str, status: str, detail: str) -> None:

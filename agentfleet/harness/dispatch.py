@@ -95,14 +95,14 @@ class ToolDispatch:
         facts, cached = self._read([tool.name], *([cache_key] if cache_key else []))
         health, breaker = facts[tool.name]
         here = Availability.of(health, breaker, time.time(), self.settings.breaker_cooldown_s)
-        trial = False
+        trial = None
         if here.available and here.trial_due and breaker is not None:
             trial = self.breaker.claim_trial(tool.name, breaker, timeout + TRIAL_MARGIN_S)
-            if not trial:
+            if not trial.admitted:
                 here = Availability(False, "another call is testing whether it has recovered", breaker="half_open")
         if not here.available:
             return _unavailable(tool, here, _ms(started))
-        if cache_key and not trial:  # a trial must reach the tool
+        if cache_key and not (trial and trial.token):  # a trial must reach the tool
             hit, output = self.cache.decode(tool.name, cached[0])
             if hit:
                 return ToolResult(ok=True, output=output, duration_ms=_ms(started), cache_hit=True)

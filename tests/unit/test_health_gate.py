@@ -387,3 +387,22 @@ def test_a_redis_that_answers_with_errors_counts_as_away(tmp_path: Path) -> None
 
     assert d.call(still_works, {}, ctx(tmp_path)).output == {"fine": True}
     assert d.offer([still_works]).tools == ["still_works"] and not d.redis.available
+
+
+def test_a_stale_read_never_revives_a_breaker_another_trial_has_closed(server: fakeredis.FakeServer) -> None:
+    from agentfleet.harness.breaker import Breaker
+
+    changes: list[Transition] = []
+    breaker = Breaker(fleet_redis(server), settings(), by="e1", report=changes.append)
+    client = fakeredis.FakeRedis(server=server, decode_responses=True)
+    opened = BreakerEntry("open", time.time() - 100, 5)
+    client.set(breaker.key("svc"), opened.dumps())
+    first = breaker.claim_trial("svc", opened, 5)
+    late = breaker.claim_trial("svc", opened, 5)  # read the same open breaker, claims after the first
+    assert first.token and not late.admitted
+    breaker.record("svc", ToolResult(ok=True), trial=first)
+    stale = breaker.claim_trial("svc", opened, 5)  # read before the trial closed it
+    assert stale.admitted and stale.token is None  # an ordinary call: the breaker stays closed
+    breaker.record("svc", ToolResult(ok=True), trial=first)  # a trial ends once
+    assert client.get(breaker.key("svc")) is None
+    assert [c.status for c in changes] == ["half_open", "closed"]
