@@ -88,6 +88,7 @@ LOCK_KEY: Final = "lock"  # a resource lock a tool declares (redis-py Lock)
 HEALTH_TTL_HEALTHY_S: Final = 30.0
 HEALTH_TTL_DOWN_S: Final = 5.0
 HEALTH_TICK_S: Final = 0.25  # how often executors look for expired entries
+GATE_VIEW_S: Final = 1.0  # how long a planner reuses an all-healthy view of its tools
 BREAKER_FAILURES: Final = 5
 BREAKER_WINDOW_S: Final = 60.0
 BREAKER_COOLDOWN_S: Final = 30.0

@@ -57,6 +57,8 @@ class Settings(BaseSettings):
     health_ttl_healthy_s: float = Field(default=constants.HEALTH_TTL_HEALTHY_S, gt=0)
     health_ttl_down_s: float = Field(default=constants.HEALTH_TTL_DOWN_S, gt=0)
     health_tick_s: float = Field(default=constants.HEALTH_TICK_S, ge=0)  # 0: this worker runs no checks
+    # How long a planner reuses a view in which every tool is available (bad news is always re-read).
+    gate_view_s: float = Field(default=constants.GATE_VIEW_S, ge=0)
     # Circuit breakers: this many failures that point at a tool within the window open it; after
     # the cool-down one call fleet-wide is let through to try it.
     breaker_failures: int = Field(default=constants.BREAKER_FAILURES, ge=1)

@@ -198,6 +198,9 @@ def test_with_redis_stopped_runs_finish_locked_tools_refuse_and_the_gate_returns
 ) -> None:
     from tests.helpers import redis_restarted
 
+    # Planners re-read Redis every iteration here, so the first plan after Redis is back sees what the
+    # check found (by default a good view, such as the fail-open one of the outage, is reused up to 1 s).
+    workers.env.update(AGENTFLEET_GATE_VIEW_S="0")
     start_fleet(workers)
     client = AmqpClient()
     eventually(lambda: health(fleet_redis, namespace, "primary_lookup"), message="a first check")

@@ -406,3 +406,18 @@ def test_a_stale_read_never_revives_a_breaker_another_trial_has_closed(server: f
     breaker.record("svc", ToolResult(ok=True), trial=first)  # a trial ends once
     assert client.get(breaker.key("svc")) is None
     assert [c.status for c in changes] == ["half_open", "closed"]
+
+
+def test_the_planner_reuses_good_news_briefly_and_reads_bad_news_every_time(server: fakeredis.FakeServer) -> None:
+    client = fakeredis.FakeRedis(server=server, decode_responses=True)
+    down = HealthEntry("down", "refused", time.time(), "e2").dumps()
+    primary, backup = _tool_with(HealthCheck("p", lambda: None), "p"), _tool_with(HealthCheck("b", lambda: None), "b")
+    planner = dispatch(server, gate_view_s=0.3)
+    assert planner.offer([primary, backup]).tools == ["p", "b"]
+    client.set("t:health:p", down)
+    assert planner.offer([primary, backup]).tools == ["p", "b"]  # an all-healthy view, reused briefly
+    time.sleep(0.35)
+    assert planner.offer([primary, backup]).tools == ["b"]
+    client.delete("t:health:p")
+    assert planner.offer([primary, backup]).tools == ["p", "b"]  # bad news is never reused
+    assert dispatch(server, gate_view_s=0).offer([primary, backup]).tools == ["p", "b"]
