@@ -17,16 +17,13 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from redis import Redis
 
 from agentfleet import constants as C
-from agentfleet.config.settings import Settings
 from agentfleet.errors import ErrorCode
-from agentfleet.harness.fleet_redis import FleetRedis
-from agentfleet.harness.gate import BreakerEntry, Transition
+from agentfleet.harness.gate import BreakerEntry, FleetFacts, Transition
 from agentfleet.loop.transcript import ToolResult
 
 log = logging.getLogger(__name__)
@@ -63,14 +60,7 @@ def points_at_tool(result: ToolResult) -> bool:
     return not result.ok and result.error_code in TOOL_FAULTS
 
 
-class Breaker:
-    def __init__(self, redis: FleetRedis, settings: Settings, *, by: str,
-                 report: Callable[[Transition], None]) -> None:
-        self.redis = redis
-        self.settings = settings
-        self.by = by
-        self.report = report
-
+class Breaker(FleetFacts):
     def key(self, tool: str) -> str:
         return self.redis.key(C.BREAKER_KEY, tool)
 

@@ -34,8 +34,8 @@ class ToolDispatch:
                  report: Callable[[Transition], None]) -> None:
         self.redis = redis
         self.settings = settings
-        self.health = HealthCache(redis, settings, by=by, report=report)
-        self.breaker = Breaker(redis, settings, by=by, report=report)
+        self.health = HealthCache(redis, settings, by, report)
+        self.breaker = Breaker(redis, settings, by, report)
         self.cache = ResultCache(redis)
         self._good_offers: dict[tuple[str, ...], tuple[float, Offer]] = {}
 

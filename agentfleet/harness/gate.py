@@ -9,9 +9,13 @@ tool without a check, must never take tools away from the fleet.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from agentfleet.config.settings import Settings
+    from agentfleet.harness.fleet_redis import FleetRedis
 
 HealthStatus = Literal["healthy", "down"]
 BreakerState = Literal["closed", "open", "half_open"]
@@ -100,6 +104,17 @@ def check_transition(tool: str, previous: str | None, entry: HealthEntry) -> Tra
     if previous == entry.status or (previous is None and entry.status == "healthy"):
         return None
     return Transition(tool, "check", entry.status, entry.detail, entry.checked_at, entry.checked_by)
+
+
+@dataclass
+class FleetFacts:
+    """What keeps a fleet-wide fact in Redis needs: the fleet's Redis, the settings, this process's name for
+    what it writes, and where its transitions are announced."""
+
+    redis: FleetRedis
+    settings: Settings
+    by: str
+    report: Callable[[Transition], None]
 
 
 @dataclass(frozen=True)

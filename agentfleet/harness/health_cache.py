@@ -10,15 +10,14 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from redis import Redis
 
 from agentfleet import constants as C
-from agentfleet.config.settings import Settings
-from agentfleet.harness.fleet_redis import FleetRedis, RedisUnavailable
-from agentfleet.harness.gate import HealthEntry, Transition, check_transition
+from agentfleet.harness.fleet_redis import RedisUnavailable
+from agentfleet.harness.gate import FleetFacts, HealthEntry, check_transition
 from agentfleet.harness.health import HealthCheck, run_check
 from agentfleet.harness.tool import Tool
 
@@ -45,15 +44,7 @@ def plan_checks(tools: Iterable[Tool]) -> dict[str, CheckPlan]:
     return plans
 
 
-class HealthCache:
-    def __init__(self, redis: FleetRedis, settings: Settings, *, by: str,
-                 report: Callable[[Transition], None]) -> None:
-        self.redis = redis
-        self.settings = settings
-        self.by = by
-        self.report = report
-        self.runs = 0  # checks this process ran (for tests and `agentfleet tools`)
-
+class HealthCache(FleetFacts):
     def key(self, tool: str) -> str:
         return self.redis.key(C.HEALTH_KEY, tool)
 
@@ -94,7 +85,6 @@ class HealthCache:
             if all(e is not None for e in self.entries(plan.tools).values()):
                 return 0
             outcome = run_check(plan.check, self.timeout_s(plan.check))
-            self.runs += 1
             entry = HealthEntry("healthy" if outcome.healthy else "down", outcome.detail, time.time(), self.by)
             self.write(plan, entry)
             return 1
