@@ -421,3 +421,20 @@ def test_the_planner_reuses_good_news_briefly_and_reads_bad_news_every_time(serv
     client.delete("t:health:p")
     assert planner.offer([primary, backup]).tools == ["p", "b"]  # bad news is never reused
     assert dispatch(server, gate_view_s=0).offer([primary, backup]).tools == ["p", "b"]
+
+
+def test_a_trial_whose_caller_died_is_taken_over_once_its_claim_expires(server: fakeredis.FakeServer) -> None:
+    from agentfleet.harness.breaker import Breaker
+
+    breaker = Breaker(fleet_redis(server), settings(), "e1", lambda t: None)
+    opened = BreakerEntry("open", time.time() - 100, 5)
+    fakeredis.FakeRedis(server=server, decode_responses=True).set(breaker.key("svc"), opened.dumps())
+    died = breaker.claim_trial("svc", opened, 0.2)  # its executor is SIGKILLed mid-call: nothing ends the trial
+    half = BreakerEntry.loads(fakeredis.FakeRedis(server=server, decode_responses=True).get(breaker.key("svc")))
+    assert died.token and half is not None and half.state == "half_open"
+    assert not breaker.claim_trial("svc", half, 5).admitted
+    time.sleep(0.25)
+    taken = breaker.claim_trial("svc", half, 5)
+    assert taken.token
+    breaker.record("svc", ToolResult(ok=True), trial=taken)
+    assert fakeredis.FakeRedis(server=server).get(breaker.key("svc")) is None
