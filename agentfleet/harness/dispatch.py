@@ -138,7 +138,8 @@ class ToolDispatch:
             return run_bound(tool, kwargs, ctx, timeout, started)
         try:
             # Held past the timeout so a call abandoned there (still running) keeps others out a while.
-            with resource_lock(self.redis, resource, wait_s=timeout, hold_s=2 * timeout + TRIAL_MARGIN_S) as held:
+            with resource_lock(self.redis, resource, owner=ctx.idempotency_key, wait_s=timeout,
+                               hold_s=2 * timeout + TRIAL_MARGIN_S) as held:
                 result = run_bound(tool, kwargs, ctx, timeout, time.perf_counter())
                 if result.error_code == ErrorCode.TIMEOUT:
                     held.keep()

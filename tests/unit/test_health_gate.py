@@ -137,7 +137,11 @@ def test_a_command_check_answers_with_its_output_or_its_exit_status() -> None:
 # -- dispatch ----------------------------------------------------------------------------
 
 def ctx(tmp_path: Path) -> ToolContext:
-    return ToolContext(run_id="r", call_id="c", idempotency_key="k", workspace=tmp_path)
+    return step_ctx(tmp_path, "k")
+
+
+def step_ctx(tmp_path: Path, key: str) -> ToolContext:
+    return ToolContext(run_id="r", call_id=key, idempotency_key=key, workspace=tmp_path)
 
 
 def dispatch(server: fakeredis.FakeServer, changes: list[Transition] | None = None, **kw: object) -> ToolDispatch:
@@ -270,8 +274,9 @@ def test_a_locked_resource_is_never_written_twice_at_once(server: fakeredis.Fake
 
     d = dispatch(server)
     results: list[ToolResult] = []
-    calls = [threading.Thread(target=lambda t=t: results.append(d.call(edit, {"ticket_id": t}, ctx(tmp_path))))
-             for t in ("A", "A", "B")]
+    calls = [threading.Thread(target=lambda t=t, i=i: results.append(d.call(edit, {"ticket_id": t},
+                                                                            step_ctx(tmp_path, f"step-{i}"))))
+             for i, t in enumerate(("A", "A", "B"))]
     for c in calls:
         c.start()
     for c in calls:
@@ -286,6 +291,21 @@ def test_a_locked_resource_is_never_written_twice_at_once(server: fakeredis.Fake
     assert holder.acquire()
     busy = d.call(edit, {"ticket_id": "C"}, ctx(tmp_path))
     assert busy.error_code == ErrorCode.TRANSIENT and busy.retryable and "locked by another call" in busy.message
+
+
+def test_a_step_retried_after_its_worker_died_takes_over_its_own_lock(server: fakeredis.FakeServer) -> None:
+    """The dead attempt's lock would keep every call out for its expiry; the same step (same key) may go on."""
+    from agentfleet.errors import ToolError
+    from agentfleet.harness.locks import resource_lock
+
+    fleet = fleet_redis(server)
+    with resource_lock(fleet, "ticket:D", owner="step-1", wait_s=0.1, hold_s=30) as held:
+        held.keep()  # its worker is SIGKILLed mid-call: nothing releases the lock
+    with (resource_lock(fleet, "ticket:D", owner="step-1", wait_s=0.1, hold_s=30),
+          pytest.raises(ToolError, match="locked by another call"),
+          resource_lock(fleet, "ticket:D", owner="step-2", wait_s=0.1, hold_s=30)):
+        pass
+    assert not fakeredis.FakeRedis(server=server).exists("t:lock:ticket:D")  # released by its owner
 
 
 def test_without_redis_gates_fail_open_locks_fail_closed_and_the_outage_is_logged_once(
