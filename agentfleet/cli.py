@@ -370,8 +370,11 @@ def health(as_json: Annotated[bool, typer.Option("--json", help="Print JSON")] =
 
 @app.command()
 def schema() -> None:
-    """Print the public wire contracts (goal, Result) as JSON Schema, for non-Python clients."""
-    print(json.dumps({"goal": Goal.model_json_schema(), "result": Result.model_json_schema()}, indent=2))
+    """Print the public wire contracts (goal, Result, public notices) as JSON Schema, for non-Python clients."""
+    from agentfleet.events.contracts import ToolHealthNotice
+
+    print(json.dumps({"goal": Goal.model_json_schema(), "result": Result.model_json_schema(),
+                      "tool.health_changed": ToolHealthNotice.model_json_schema()}, indent=2))
 
 
 @app.command()

@@ -1,12 +1,13 @@
-"""The public wire contracts: goals in and Results out (DESIGN.md 3.1, 3.2).
+"""The public wire contracts: goals in, Results out, notices on the public exchange (DESIGN.md 3.1, 3.2).
 
 These are what other languages see; ``agentfleet schema`` exports them as JSON Schema.
 """
 
 from __future__ import annotations
 
+from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -91,3 +92,15 @@ def parse_goal(body: bytes | str | dict[str, Any], routing_key: str | None = Non
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()[:5])
         raise GoalRejected(f"not a goal: {problems}", code=ErrorCode.MALFORMED_MESSAGE) from None
+
+
+class ToolHealthNotice(BaseModel):
+    """A tool's health or breaker changed: plain JSON on ``<ns>.public``, routing key ``tool.health_changed``."""
+
+    type: Literal["tool.health_changed"] = "tool.health_changed"
+    tool: str
+    kind: Literal["check", "breaker"]
+    status: Literal["healthy", "down", "open", "half_open", "closed"]  # check: healthy|down; breaker: the rest
+    detail: str | None = None
+    time: datetime
+    by: str  # the worker that saw it (host:pid)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 
 from agentfleet.errors import RECOVERY_SUGGESTIONS, ErrorCode
-from agentfleet.events.contracts import Result, ResultStatus
+from agentfleet.events.contracts import Result, ResultStatus, ToolHealthNotice
 from agentfleet.events.envelope import (
     Envelope,
     EventType,
@@ -91,9 +91,9 @@ def on_tool_health_changed(step: Step) -> list[Envelope]:
     change = step.env.body()
     assert isinstance(change, ToolHealthChanged)
     store, publisher = step.rt.store, step.rt.publisher
-    publisher.publish_json(publisher.topology.public, str(step.env.type),
-                           {"type": str(step.env.type), **change.model_dump(mode="json", exclude={"at"}),
-                            "time": change.at.isoformat()},
+    notice = ToolHealthNotice(tool=change.tool, kind=change.kind, status=change.status, detail=change.detail,
+                              time=change.at, by=change.by)
+    publisher.publish_json(publisher.topology.public, notice.type, notice.model_dump(mode="json"),
                            declare=[publisher.topology.public])
     with store.tx() as conn:
         store.record_health_change(conn, event_id=step.env.event_id, tool=change.tool, kind=change.kind,

@@ -98,7 +98,12 @@ def test_a_down_tool_is_not_offered_its_fallback_is_a_stale_call_is_refused_and_
     client.close()
     assert [(e["tool"], e["kind"], e["status"]) for e in events] == [
         ("primary_lookup", "check", "down"), ("primary_lookup", "check", "healthy")]
-    assert {"type", "tool", "kind", "status", "detail", "time", "by"} <= set(events[0])
+    import jsonschema
+
+    from agentfleet.events.contracts import ToolHealthNotice
+
+    for event in events:  # what `agentfleet schema` promises other languages
+        jsonschema.validate(event, ToolHealthNotice.model_json_schema())
     stored = store.health_changes("primary_lookup")
     assert [c["status"] for c in stored] == ["healthy", "down"]
 
