@@ -1,9 +1,11 @@
 """Tool health as a fleet-wide fact: one expiring Redis key per tool, re-checked by one executor.
 
 Executors host the tool code, so they run the checks, on a timer (``HealthTimer``).
-An entry lives ``ttl_s`` while healthy and ``down_ttl_s`` while down; when it
-expires, the next executor to notice claims the check with ``SET NX`` and the rest
-leave it alone, so a fleet of N executors checks a tool once per TTL, not N times.
+An entry lives ``ttl_s`` while healthy and ``down_ttl_s`` while down; as it nears
+expiry, the next executor to notice claims the check with ``SET NX`` and the rest
+leave it alone, so a fleet of N executors checks a tool about once per TTL, not N
+times, and the entry does not lapse while executors run (with none left, it expires:
+unknown).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from agentfleet.harness.tool import Tool
 
 log = logging.getLogger(__name__)
 CLAIM_MARGIN_S = 2.0
+REFRESH_SLACK_S = 0.1  # beyond a tick: the time a check and its write may take before the entry lapses
 
 
 @dataclass
@@ -56,17 +59,34 @@ class HealthCache(FleetFacts):
         return {t: HealthEntry.loads(v) for t, v in zip(tools, raw, strict=True)}
 
     def check_due(self, plans: Mapping[str, CheckPlan]) -> int:
-        """Run every check one of whose entries has expired and that no other executor has claimed."""
+        """Run every check one of whose entries is about to expire (or has) and that no other executor has
+        claimed."""
         if not plans:
             return 0
         ran = 0
         for plan in plans.values():
             try:
-                if any(e is None for e in self.entries(plan.tools).values()) and self._claim(plan):
+                if self._due(plan) and self._claim(plan):
                     ran += self._run(plan)
             except RedisUnavailable:
                 return ran
         return ran
+
+    def _due(self, plan: CheckPlan) -> bool:
+        """An entry is due within a tick (and a little) of its expiry, so it is rewritten before it lapses:
+        a lapse would read as *unknown*, and offer a down tool, until the next tick."""
+        check = plan.check
+        shortest = min(check.ttl_s or self.settings.health_ttl_healthy_s,
+                       check.down_ttl_s or self.settings.health_ttl_down_s)
+        margin_ms = 1000 * min(self.settings.health_tick_s + REFRESH_SLACK_S, shortest / 2)
+
+        def remaining(r: Redis) -> list[int]:
+            pipe = r.pipeline(transaction=False)
+            for t in plan.tools:
+                pipe.pttl(self.key(t))
+            return pipe.execute()
+
+        return any(ms < margin_ms for ms in self.redis.attempt(remaining))  # -2: missing
 
     def _claim_key(self, plan: CheckPlan) -> str:
         return self.redis.key(C.HEALTH_CLAIM_KEY, plan.check.name)
@@ -81,8 +101,8 @@ class HealthCache(FleetFacts):
     def _run(self, plan: CheckPlan) -> int:
         try:
             # Claimed: but another executor may have written the entries between our read and
-            # our claim (it releases its claim after writing). Check again before running.
-            if all(e is not None for e in self.entries(plan.tools).values()):
+            # our claim (it releases its claim after writing). Look again before running.
+            if not self._due(plan):
                 return 0
             outcome = run_check(plan.check, self.timeout_s(plan.check))
             entry = HealthEntry("healthy" if outcome.healthy else "down", outcome.detail, time.time(), self.by)
