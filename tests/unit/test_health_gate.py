@@ -482,3 +482,15 @@ def test_a_down_entry_is_refreshed_before_it_expires_so_it_never_reads_as_unknow
         time.sleep(0.002)
     ticker.join()
     assert lapses == 0
+
+
+def test_a_re_run_plan_step_offers_what_its_first_attempt_offered() -> None:
+    """The offer is the plan step's recorded input: a planner that died mid-call and is re-run shows the model
+    the tools its first attempt saw, not what health says now."""
+    from agentfleet.harness.gate import Offer
+    from agentfleet.tasks.planner import _checkpointed_offer
+
+    now = Offer(["primary", "other"])
+    recorded = {"tools": ["backup", "other"], "notice": "Tools unavailable now: primary (down)."}
+    assert _checkpointed_offer(recorded, now) == Offer(["backup", "other"], "Tools unavailable now: primary (down).")
+    assert _checkpointed_offer(None, now) == now  # a step recorded before offers were stored
