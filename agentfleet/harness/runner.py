@@ -41,18 +41,17 @@ def run_bound(tool: Tool, kwargs: dict[str, Any], ctx: ToolContext, default_time
         kwargs = {**kwargs, tool.context_param: ctx}
 
     timeout = tool.timeout_s or default_timeout_s
-    finished, output, error = call_with_timeout(lambda: tool.func(**kwargs), timeout,
-                                                name=f"tool:{tool.name}:{ctx.call_id}")
-    if not finished:
+    called = call_with_timeout(lambda: tool.func(**kwargs), timeout, name=f"tool:{tool.name}:{ctx.call_id}")
+    if not called.finished:
         return ToolResult.failure(
             ErrorCode.TIMEOUT,
             f"{tool.name} did not finish within {timeout:g}s",
             "The tool may be overloaded; try narrower arguments or another tool.",
             elapsed(),
         )
-    if error is not None:
-        return _failure_from(error, tool, elapsed())
-    return _checked_output(tool, output, elapsed())
+    if called.error is not None:
+        return _failure_from(called.error, tool, elapsed())
+    return _checked_output(tool, called.value, elapsed())
 
 
 def _failure_from(exc: BaseException, tool: Tool, duration_ms: float) -> ToolResult:

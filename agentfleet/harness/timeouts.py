@@ -8,11 +8,19 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 
-def call_with_timeout(fn: Callable[[], Any], timeout_s: float, *, name: str) -> tuple[bool, Any, BaseException | None]:
-    """``(finished, value, error)``: ``finished`` is False when ``fn`` was still running at the timeout."""
+@dataclass(frozen=True)
+class Called:
+    finished: bool  # False: still running at the timeout, and abandoned (``thread`` says if it ever ends)
+    value: Any = None
+    error: BaseException | None = None
+    thread: threading.Thread | None = None
+
+
+def call_with_timeout(fn: Callable[[], Any], timeout_s: float, *, name: str) -> Called:
     box: dict[str, Any] = {}
 
     def target() -> None:
@@ -25,5 +33,5 @@ def call_with_timeout(fn: Callable[[], Any], timeout_s: float, *, name: str) -> 
     worker.start()
     worker.join(timeout_s)
     if worker.is_alive():
-        return False, None, None
-    return True, box.get("value"), box.get("error")
+        return Called(False, thread=worker)
+    return Called(True, box.get("value"), box.get("error"), worker)
