@@ -39,13 +39,16 @@ redis.call('SET', KEYS[1], ARGV[4])
 return 1
 """
 TRIAL_CLAIMED, TRIAL_CLOSED = 1, 2
-# KEYS: breaker, trial, failures. ARGV: our token, the re-opened breaker ("" when the trial succeeded).
+# KEYS: breaker, trial, failures. ARGV: our token, then CLOSE, ABANDON (the tool did not run: the next
+# call may be the trial) or the re-opened breaker.
 END_TRIAL = """
 if redis.call('GET', KEYS[2]) ~= ARGV[1] then return 0 end
-if ARGV[2] == '' then redis.call('DEL', KEYS[1], KEYS[3]) else redis.call('SET', KEYS[1], ARGV[2]) end
+if ARGV[2] == 'close' then redis.call('DEL', KEYS[1], KEYS[3])
+elseif ARGV[2] ~= 'abandon' then redis.call('SET', KEYS[1], ARGV[2]) end
 redis.call('DEL', KEYS[2])
 return 1
 """
+CLOSE, ABANDON = "close", "abandon"
 
 
 @dataclass(frozen=True)
@@ -83,12 +86,18 @@ class Breaker(FleetFacts):
         return Trial(won == TRIAL_CLOSED)  # closed meanwhile: an ordinary call; else another call is the trial
 
     def record(self, tool: str, result: ToolResult, *, trial: Trial | None) -> None:
-        """Count a finished call (skipped while Redis is away)."""
+        """Count a call the tool ran (skipped while Redis is away)."""
         fault = points_at_tool(result)
         if trial is not None and trial.token:
             self._end_trial(tool, result, fault, trial.token)
         elif fault:
             self._count_failure(tool, result)
+
+    def abandon(self, tool: str, trial: Trial | None) -> None:
+        """The call never reached the tool (its resource lock was busy): says nothing of the tool, and a
+        trial it held passes to the next call."""
+        if trial is not None and trial.token:
+            self._end(tool, trial.token, ABANDON)
 
     def _count_failure(self, tool: str, result: ToolResult) -> None:
         now = time.time()
@@ -113,15 +122,17 @@ class Breaker(FleetFacts):
 
     def _end_trial(self, tool: str, result: ToolResult, fault: bool, token: str) -> None:
         """The trial's outcome decides, if it is still the trial (its claim may have expired meanwhile)."""
-        keys = [self.key(tool), self.redis.key(C.BREAKER_TRIAL_KEY, tool), self.redis.key(C.BREAKER_FAILURES_KEY, tool)]
-        reopened = BreakerEntry("open", time.time(), self.settings.breaker_failures).dumps() if fault else ""
-        ended = self.redis.fail_open(lambda r: int(r.eval(END_TRIAL, 3, *keys, token, reopened)), 0)
-        if not ended:
+        reopened = BreakerEntry("open", time.time(), self.settings.breaker_failures).dumps() if fault else CLOSE
+        if not self._end(tool, token, reopened):
             return
         if fault:
             self._announce(tool, "open", f"the trial call failed: {result.error_code}: {(result.message or '')[:200]}")
         else:
             self._announce(tool, "closed", "the trial call succeeded")
+
+    def _end(self, tool: str, token: str, outcome: str) -> bool:
+        keys = [self.key(tool), self.redis.key(C.BREAKER_TRIAL_KEY, tool), self.redis.key(C.BREAKER_FAILURES_KEY, tool)]
+        return bool(self.redis.fail_open(lambda r: int(r.eval(END_TRIAL, 3, *keys, token, outcome)), 0))
 
     def _announce(self, tool: str, status: str, detail: str) -> None:
         log.warning("circuit breaker of %s is %s: %s", tool, status, detail, extra={"tool": tool})

@@ -125,17 +125,21 @@ class ToolDispatch:
             hit, output = self.cache.decode(tool.name, cached[0])
             if hit:
                 return ToolResult(ok=True, output=output, duration_ms=_ms(started), cache_hit=True)
-        result = self._run(tool, kwargs, ctx, timeout, started)
-        self.breaker.record(tool.name, result, trial=trial)
+        result, ran = self._run(tool, kwargs, ctx, timeout, started)
+        if ran:
+            self.breaker.record(tool.name, result, trial=trial)
+        else:
+            self.breaker.abandon(tool.name, trial)
         if cache_key and result.ok:
             self.cache.put(cache_key, result.output, ttl)
         return result
 
     def _run(self, tool: Tool, kwargs: dict[str, Any], ctx: ToolContext, timeout: float,
-             started: float) -> ToolResult:
+             started: float) -> tuple[ToolResult, bool]:
+        """The call's result, and whether the tool ran (a busy resource lock keeps it from running)."""
         resource = tool.lock_key(kwargs)
         if resource is None:
-            return run_bound(tool, kwargs, ctx, timeout, started)
+            return run_bound(tool, kwargs, ctx, timeout, started), True
         try:
             # Held past the timeout so a call abandoned there (still running) keeps others out a while.
             with resource_lock(self.redis, resource, owner=ctx.idempotency_key, wait_s=timeout,
@@ -143,9 +147,9 @@ class ToolDispatch:
                 result = run_bound(tool, kwargs, ctx, timeout, time.perf_counter())
                 if result.error_code == ErrorCode.TIMEOUT:
                     held.keep()
-                return result
+                return result, True
         except ToolError as exc:  # the lock was not had: the tool did not run
-            return ToolResult.failure(exc.code, exc.message, exc.hint, _ms(started), retryable=True)
+            return ToolResult.failure(exc.code, exc.message, exc.hint, _ms(started), retryable=True), False
 
 
 def _unavailable(tool: Tool, here: Availability, duration_ms: float) -> ToolResult:

@@ -494,3 +494,66 @@ def test_a_re_run_plan_step_offers_what_its_first_attempt_offered() -> None:
     recorded = {"tools": ["backup", "other"], "notice": "Tools unavailable now: primary (down)."}
     assert _checkpointed_offer(recorded, now) == Offer(["backup", "other"], "Tools unavailable now: primary (down).")
     assert _checkpointed_offer(None, now) == now  # a step recorded before offers were stored
+
+
+def test_waiting_for_a_busy_lock_is_not_held_against_the_tool(server: fakeredis.FakeServer, tmp_path: Path) -> None:
+    """Contention on a popular resource must not open the breaker and take the tool away from everyone."""
+    @tool(lock="ticket:{ticket_id}", timeout_s=0.2)
+    def edit(ticket_id: str) -> dict:
+        """Edit."""
+        return {"ticket_id": ticket_id}
+
+    d = dispatch(server, breaker_failures=1)
+    holder = fakeredis.FakeRedis(server=server).lock("t:lock:ticket:E", timeout=30)
+    assert holder.acquire()
+    assert d.call(edit, {"ticket_id": "E"}, ctx(tmp_path)).error_code == ErrorCode.TRANSIENT
+    assert d.call(edit, {"ticket_id": "F"}, ctx(tmp_path)).ok  # not refused as TOOL_UNAVAILABLE
+
+
+def test_a_trial_that_cannot_get_its_lock_leaves_the_trial_to_the_next_call(
+        server: fakeredis.FakeServer, tmp_path: Path) -> None:
+    @tool(lock="ticket:{ticket_id}", timeout_s=0.2)
+    def edit(ticket_id: str) -> dict:
+        """Edit."""
+        return {"ticket_id": ticket_id}
+
+    changes: list[Transition] = []
+    d = dispatch(server, changes)
+    client = fakeredis.FakeRedis(server=server, decode_responses=True)
+    client.set("t:breaker:edit", BreakerEntry("open", time.time() - 100, 5).dumps())
+    holder = fakeredis.FakeRedis(server=server).lock("t:lock:ticket:G", timeout=30)
+    assert holder.acquire()
+    assert d.call(edit, {"ticket_id": "G"}, ctx(tmp_path)).error_code == ErrorCode.TRANSIENT  # the tool never ran
+    assert d.call(edit, {"ticket_id": "H"}, step_ctx(tmp_path, "k2")).ok  # the next call is the trial
+    assert [c.status for c in changes] == ["half_open", "closed"]
+
+
+def test_a_command_check_that_floods_its_output_costs_bounded_memory() -> None:
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    flood = run_check(HealthCheck("yes", ("yes",)), 1.0)
+    grown_mib = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+    assert not flood.healthy and grown_mib < 50, grown_mib
+    talkative = run_check(HealthCheck("sh", ("sh", "-c", "echo first; seq 1 200000; echo last >&2")), 10)
+    assert talkative.healthy and talkative.detail == "first"
+
+
+def test_a_hung_check_is_not_started_again_while_its_last_run_still_hangs() -> None:
+    release = threading.Event()
+    starts: list[int] = []
+
+    def hangs() -> None:
+        starts.append(1)
+        release.wait(30)
+
+    check = HealthCheck("hangs", hangs)
+    threads = threading.active_count()
+    for _ in range(5):
+        outcome = run_check(check, 0.05)
+        assert not outcome.healthy
+    assert starts == [1] and threading.active_count() == threads + 1, "one abandoned thread, not one per run"
+    assert "still running" in (outcome.detail or "")
+    release.set()  # the hung run ends: the next check runs the function again
+    time.sleep(0.05)
+    assert run_check(check, 0.05).healthy and len(starts) == 2
