@@ -82,12 +82,10 @@ class ToolDispatch:
     def status(self, tools: Sequence[Tool]) -> list[dict[str, Any]]:
         """What ``agentfleet tools`` shows: each tool's declaration and the fleet's facts about it."""
         names = [t.name for t in tools]
-        keys = ([self.health.key(n) for n in names] + [self.breaker.key(n) for n in names]
-                + [self.redis.key(C.CACHE_HITS_KEY, n) for n in names])
-        raw = self.redis.fail_open(lambda r: r.mget(keys), [None] * len(keys)) if names else []
+        facts, hits = self._read(names, *(self.redis.key(C.CACHE_HITS_KEY, n) for n in names))
         now, rows = time.time(), []
         for i, t in enumerate(tools):
-            entry, breaker = HealthEntry.loads(raw[i]), BreakerEntry.loads(raw[len(names) + i])
+            entry, breaker = facts[t.name]
             here = Availability.of(entry, breaker, now, self.settings.breaker_cooldown_s)
             rows.append({
                 "tool": t.name, "tier": t.tier, "timeout_s": t.effective_timeout_s(self.settings),
@@ -97,7 +95,7 @@ class ToolDispatch:
                 "age_s": round(now - entry.checked_at, 1) if entry else None,
                 "detail": entry.detail if entry else None, "checked_by": entry.checked_by if entry else None,
                 "breaker": breaker.state if breaker else "closed", "available": here.available,
-                "why_not": here.reason, "cache_hits": int(raw[2 * len(names) + i] or 0),
+                "why_not": here.reason, "cache_hits": int(hits[i] or 0),
             })
         return rows
 

@@ -60,33 +60,41 @@ class HealthCache(FleetFacts):
 
     def check_due(self, plans: Mapping[str, CheckPlan]) -> int:
         """Run every check one of whose entries is about to expire (or has) and that no other executor has
-        claimed."""
+        claimed. One round trip finds them all, however many checks there are."""
         if not plans:
             return 0
         ran = 0
-        for plan in plans.values():
-            try:
-                if self._due(plan) and self._claim(plan):
+        try:
+            for plan in self._due(list(plans.values())):
+                if self._claim(plan):
                     ran += self._run(plan)
-            except RedisUnavailable:
-                return ran
+        except RedisUnavailable:
+            pass
         return ran
 
-    def _due(self, plan: CheckPlan) -> bool:
-        """An entry is due within a tick (and a little) of its expiry, so it is rewritten before it lapses:
+    def _due(self, plans: list[CheckPlan]) -> list[CheckPlan]:
+        """Plans with an entry within a tick (and a little) of its expiry, so it is rewritten before it lapses:
         a lapse would read as *unknown*, and offer a down tool, until the next tick."""
-        check = plan.check
-        shortest = min(check.ttl_s or self.settings.health_ttl_healthy_s,
-                       check.down_ttl_s or self.settings.health_ttl_down_s)
-        margin_ms = 1000 * min(self.settings.health_tick_s + REFRESH_SLACK_S, shortest / 2)
 
         def remaining(r: Redis) -> list[int]:
             pipe = r.pipeline(transaction=False)
-            for t in plan.tools:
-                pipe.pttl(self.key(t))
+            for plan in plans:
+                for t in plan.tools:
+                    pipe.pttl(self.key(t))
             return pipe.execute()
 
-        return any(ms < margin_ms for ms in self.redis.attempt(remaining))  # -2: missing
+        left = iter(self.redis.attempt(remaining))  # milliseconds; -2: missing
+        due = []
+        for plan in plans:
+            ttls = [next(left) for _ in plan.tools]
+            if any(ms < self._margin_ms(plan.check) for ms in ttls):
+                due.append(plan)
+        return due
+
+    def _margin_ms(self, check: HealthCheck) -> float:
+        shortest = min(check.ttl_s or self.settings.health_ttl_healthy_s,
+                       check.down_ttl_s or self.settings.health_ttl_down_s)
+        return 1000 * min(self.settings.health_tick_s + REFRESH_SLACK_S, shortest / 2)
 
     def _claim_key(self, plan: CheckPlan) -> str:
         return self.redis.key(C.HEALTH_CLAIM_KEY, plan.check.name)
@@ -102,7 +110,7 @@ class HealthCache(FleetFacts):
         try:
             # Claimed: but another executor may have written the entries between our read and
             # our claim (it releases its claim after writing). Look again before running.
-            if not self._due(plan):
+            if not self._due([plan]):
                 return 0
             outcome = run_check(plan.check, self.timeout_s(plan.check))
             entry = HealthEntry("healthy" if outcome.healthy else "down", outcome.detail, time.time(), self.by)

@@ -38,7 +38,7 @@ class StepLock(Lock):
     def do_acquire(self, token: str) -> bool:
         if not self.timeout:
             return super().do_acquire(token)
-        return bool(self.redis.eval(self.TAKE, 1, self.name, token, int((self.timeout or 0) * 1000)))
+        return bool(self.redis.eval(self.TAKE, 1, self.name, token, int(self.timeout * 1000)))
 
 
 class HeldLock:

@@ -14,9 +14,11 @@ import logging
 import os
 import queue
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from pydantic_core import to_jsonable_python
+from redis import Redis
 
 from agentfleet import constants as C
 from agentfleet.harness.fleet_redis import FleetRedis
@@ -32,12 +34,12 @@ PENDING_WRITES = 1000  # results waiting to be stored; beyond that a result is s
 
 class ResultCache:
     """Reads on the caller's thread (with the tool's health, in the dispatcher's one round trip); writes
-    on a thread of its own, off the call's path: the Result goes out without waiting for Redis, and a
-    write lost to a crash only costs a later miss."""
+    (results, hit counts) on a thread of its own, off the call's path: the Result goes out without waiting
+    for Redis, and a write lost to a crash only costs a later miss."""
 
     def __init__(self, redis: FleetRedis) -> None:
         self.redis = redis
-        self._writes: queue.Queue[tuple[str, str, int]] = queue.Queue(PENDING_WRITES)
+        self._writes: queue.Queue[Callable[[Redis], object]] = queue.Queue(PENDING_WRITES)
         self._writer: threading.Thread | None = None
         self._writer_pid = 0
         self._lock = threading.Lock()
@@ -55,16 +57,21 @@ class ResultCache:
             output = json.loads(raw)
         except ValueError:
             return False, None
-        self.redis.fail_open(lambda r: r.incr(self.redis.key(C.CACHE_HITS_KEY, tool)), 0)
+        hits = self.redis.key(C.CACHE_HITS_KEY, tool)
+        self._later(lambda r: r.incr(hits))
         return True, output
 
     def put(self, key: str, output: Any, ttl_s: float) -> None:
         """Store a result in the background."""
+        encoded, ttl_ms = json.dumps(output), int(ttl_s * 1000)
+        self._later(lambda r: r.set(key, encoded, px=ttl_ms))
+
+    def _later(self, write: Callable[[Redis], object]) -> None:
         self._start_writer()
         try:
-            self._writes.put_nowait((key, json.dumps(output), int(ttl_s * 1000)))
+            self._writes.put_nowait(write)
         except queue.Full:
-            log.debug("result cache writes are behind; not caching %s", key)
+            log.debug("result cache writes are behind; one is dropped")
 
     def _start_writer(self) -> None:
         if self._writer_pid == os.getpid():
@@ -78,8 +85,4 @@ class ResultCache:
 
     def _write_loop(self) -> None:
         while True:
-            key, encoded, ttl_ms = self._writes.get()
-            self.redis.fail_open(lambda r, k=key, v=encoded, t=ttl_ms: r.set(k, v, px=t), None)
-
-    def hits(self, tool: str) -> int:
-        return int(self.redis.fail_open(lambda r: r.get(self.redis.key(C.CACHE_HITS_KEY, tool)), None) or 0)
+            self.redis.fail_open(self._writes.get(), None)
