@@ -111,7 +111,7 @@ def run(
             note = " (offline: no network, no API key)" if getattr(spec.model, "offline", False) else ""
             out.print(f"[bold]agentfleet[/] embedded · agent [cyan]{agent}[/] · model {spec.model.name}{note}")
             out.print(f"run {run_id}")
-        result = follow(fleet.store, run_id, None if as_json else out, timeout_s=timeout)
+        result = follow(fleet.store, run_id, None if as_json else out, timeout_s=timeout, embedded=True)
         if result is None:
             _still_running(run_id, timeout, as_json)
         assert result is not None
@@ -203,6 +203,14 @@ def status(
         table.add_row(str(s["iteration"]), s["kind"], s["name"] or "-", s["status"], str(s["attempts"]),
                       f"{s['duration_ms'] or 0:.1f}", s["worker"] or "-")
     out.print(table)
+    if described["approvals"]:
+        asked = Table("iteration", "call", "tool", "arguments", "rule", "answer", "by", "at", "note")
+        for a in described["approvals"]:
+            at = a["resolved_at"].isoformat(timespec="seconds") if a["resolved_at"] else "-"
+            asked.add_row(str(a["iteration"]), a["call_id"], a["tool"], json.dumps(a["shown"], default=str)[:60],
+                          a["rule"][:40], a["status"] + (" (edited)" if a["edited_arguments"] is not None else ""),
+                          a["resolved_by"] or "-", at, (a["note"] or "-")[:60])
+        out.print(asked)
     if described["result"]:
         out.print_json(json.dumps(described["result"]))
 
@@ -242,6 +250,96 @@ def cancel(
     with FleetClient(get_settings()) as client:
         client.cancel(run_id, reason)
     out.print(f"cancel requested for {run_id}")
+
+
+EmbeddedOpt = Annotated[bool, typer.Option("--embedded", help="Answer a run of `agentfleet run` (the embedded "
+                                                           "fleet's SQLite database in this directory)")]
+AsOpt = Annotated[str | None, typer.Option("--as", help="Who answers (default: your OS user name)")]
+
+
+def _approvals_runtime(embedded: bool) -> Any:
+    settings = get_settings()
+    return _runtime(settings.with_profile("embedded") if embedded else settings)
+
+
+@app.command()
+def approvals(
+    run_id: Annotated[str | None, typer.Option("--run", help="Only this run's requests")] = None,
+    embedded: EmbeddedOpt = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON")] = False,
+) -> None:
+    """Tool calls waiting for a person's answer, oldest first (arguments with secrets masked)."""
+    rt = _approvals_runtime(embedded)
+    pending = rt.store.pending_approvals(run_id=run_id)
+    if as_json:
+        print(json.dumps([r.summary() for r in pending], default=str))
+        return
+    table = Table("run", "call", "agent", "tool", "arguments", "why", "asked", "expires",
+                  title=f"{len(pending)} pending approval(s)")
+    for r in pending:
+        table.add_row(r.run_id, r.call_id, r.agent, r.tool, json.dumps(r.shown, default=str)[:80], r.reason[:60],
+                      r.requested_at.isoformat(timespec="seconds"),
+                      r.expires_at.isoformat(timespec="seconds") if r.expires_at else "never")
+    (out if out.is_terminal else Console(width=220)).print(table)
+    if pending:
+        flag = " --embedded" if embedded else ""
+        out.print(f"answer: agentfleet approve{flag} RUN CALL [--note ...]   or   agentfleet deny{flag} RUN CALL "
+                  "--reason ...")
+
+
+def _answer_approval(run_id: str, call_id: str, decision: str, note: str | None, by: str | None,
+                     arguments: str | None, embedded: bool, as_json: bool) -> None:
+    import getpass
+
+    from agentfleet.errors import ApprovalRefused
+    from agentfleet.events.contracts import ApprovalAnswer, ApprovalResolve
+    from agentfleet.tasks.approvals import resolve
+
+    rt = _approvals_runtime(embedded)
+    who = by or getpass.getuser()
+    edited = _json_arg(arguments, "--arguments") if arguments is not None else None
+    answer = ApprovalResolve(run_id=run_id, call_id=call_id, decision=decision, note=note,  # type: ignore[arg-type]
+                             arguments=edited, by=who)
+    try:
+        # Beside an embedded fleet there is no broker to reach: its observer's timer finds the answer.
+        reply = resolve(rt, answer, who, publish=not rt.settings.embedded)
+    except ApprovalRefused as exc:
+        reply = ApprovalAnswer.rejection(exc.code, exc.message, run_id=run_id, call_id=call_id)
+    if as_json:
+        print(reply.model_dump_json(exclude_none=True))
+    elif reply.status == "accepted":
+        out.print(f"[green]{reply.decision}[/] {run_id} {call_id} by {who}")
+    else:
+        err.print(f"[red]refused[/] {reply.error_code}: {reply.message}")
+    raise typer.Exit(0 if reply.status == "accepted" else 1)
+
+
+RunArg = Annotated[str, typer.Argument(help="Run id")]
+CallArg = Annotated[str, typer.Argument(help="Call id (from `agentfleet approvals`)")]
+
+
+@app.command()
+def approve(
+    run_id: RunArg, call_id: CallArg,
+    note: Annotated[str | None, typer.Option("--note", help="Kept with the answer")] = None,
+    arguments: Annotated[str | None, typer.Option("--arguments", help="Run with these arguments instead (JSON, "
+                                                                     "checked against the tool's schema)")] = None,
+    by: AsOpt = None, embedded: EmbeddedOpt = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON")] = False,
+) -> None:
+    """Approve a parked tool call: it runs once, and the run goes on (exit 1 if the answer is refused)."""
+    _answer_approval(run_id, call_id, "approve", note, by, arguments, embedded, as_json)
+
+
+@app.command()
+def deny(
+    run_id: RunArg, call_id: CallArg,
+    reason: Annotated[str, typer.Option("--reason", help="Told to the model as the call's result")],
+    by: AsOpt = None, embedded: EmbeddedOpt = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON")] = False,
+) -> None:
+    """Deny a parked tool call: the model gets APPROVAL_DENIED with the reason and carries on."""
+    _answer_approval(run_id, call_id, "deny", reason, by, None, embedded, as_json)
 
 
 @app.command()
@@ -370,10 +468,14 @@ def health(as_json: Annotated[bool, typer.Option("--json", help="Print JSON")] =
 
 @app.command()
 def schema() -> None:
-    """Print the public wire contracts (goal, Result, public notices) as JSON Schema, for non-Python clients."""
-    from agentfleet.events.contracts import ToolHealthNotice
+    """Print the public wire contracts (goal, approval answer, Result, public notices) as JSON Schema, for
+    non-Python clients."""
+    from agentfleet.events.contracts import ApprovalAnswer, ApprovalNotice, ApprovalResolve, ToolHealthNotice
 
     print(json.dumps({"goal": Goal.model_json_schema(), "result": Result.model_json_schema(),
+                      "approval.resolve": ApprovalResolve.model_json_schema(),
+                      "approval.answer": ApprovalAnswer.model_json_schema(),
+                      "approval.requested|approval.resolved": ApprovalNotice.model_json_schema(),
                       "tool.health_changed": ToolHealthNotice.model_json_schema()}, indent=2))
 
 

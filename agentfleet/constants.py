@@ -26,6 +26,7 @@ OBSERVER: Final = "observer"
 ROLES: Final = (PLANNER, EXECUTOR, OBSERVER)
 
 GOAL_ROUTING_PREFIX: Final = "goal."
+APPROVAL_RESOLVE_ROUTING_KEY: Final = "approval.resolve"  # answers to approval requests, plain JSON
 
 # Message headers we add to dead letters.
 HEADER_DEAD_REASON: Final = "x-agentfleet-reason"
@@ -95,6 +96,15 @@ BREAKER_COOLDOWN_S: Final = 30.0
 TOOL_CACHE_TTL_S: Final = 60.0
 REDIS_RETRY_S: Final = 1.0  # while Redis is unreachable, how long to skip it before trying again
 REDIS_SOCKET_TIMEOUT_S: Final = 0.5
+
+# Approvals: how often observers expire unanswered requests and apply answers whose event was lost
+# (or that the CLI wrote beside an embedded fleet, which has no broker another process can reach).
+APPROVAL_POLL_S: Final = 1.0
+APPROVAL_APPLY_GRACE_S: Final = 1.0  # an answer's own event gets this long before the timer sends one
+# Arguments masked wherever people or other systems see them (approval requests, the CLI).
+SECRET_NAME: Final = (r"(?i)(pass(word|wd|phrase)?|secret|token|api[_-]?key|authori[sz]ation|credential"
+                      r"|private[_-]?key|cookie)")
+REDACTED: Final = "***"
 
 # Celery task time limits stay below RabbitMQ's consumer_timeout (30 min).
 TASK_SOFT_TIME_LIMIT_S: Final = 15 * 60

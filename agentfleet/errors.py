@@ -28,7 +28,8 @@ class ErrorCode(StrEnum):
     DEADLINE = "DEADLINE"
     NO_PROGRESS = "NO_PROGRESS"
     CANCELLED = "CANCELLED"
-    APPROVAL_DENIED = "APPROVAL_DENIED"
+    APPROVAL_DENIED = "APPROVAL_DENIED"  # a person denied a tool call (the model sees it as the call's result)
+    APPROVAL_EXPIRED = "APPROVAL_EXPIRED"  # nobody answered an approval request before it expired
     MODEL_ERROR = "MODEL_ERROR"  # the model adapter failed or returned something unusable
     # Tools (structured results handed to the model).
     UNKNOWN_TOOL = "UNKNOWN_TOOL"
@@ -40,6 +41,9 @@ class ErrorCode(StrEnum):
     TRANSIENT = "TRANSIENT"
     INTERNAL = "INTERNAL"
     UNKNOWN_OUTCOME = "UNKNOWN_OUTCOME"  # a non-idempotent tool's earlier attempt died mid-call
+    # Approval answers (replies to approval.resolve, and the CLI's refusals).
+    UNKNOWN_APPROVAL = "UNKNOWN_APPROVAL"  # no approval was requested for that run and call
+    APPROVAL_NOT_PENDING = "APPROVAL_NOT_PENDING"  # already answered, expired, or its run has ended
     # Fleet.
     POISON_MESSAGE = "POISON_MESSAGE"  # a message crashed its worker too often
     MALFORMED_EVENT = "MALFORMED_EVENT"  # an internal message whose envelope does not validate
@@ -62,6 +66,13 @@ RECOVERY_SUGGESTIONS: dict[ErrorCode, str] = {
     ErrorCode.DEADLINE: "Raise limits.deadline_s or split the goal.",
     ErrorCode.NO_PROGRESS: "The model repeated itself; refine its instructions or tools.",
     ErrorCode.CANCELLED: "Submit the goal again with a new goal_id if it is still wanted.",
+    ErrorCode.APPROVAL_DENIED: "A person denied the call; the model was told why and carried on.",
+    ErrorCode.APPROVAL_EXPIRED: "Nobody answered in time: answer sooner (`agentfleet approvals`) or raise the "
+                                "tool's or rule's expires_s.",
+    ErrorCode.PERMISSION_DENIED: "A policy rule forbids this call; change the call, or the rule if it is wrong.",
+    ErrorCode.UNKNOWN_APPROVAL: "List what waits with `agentfleet approvals`; use its run id and call id.",
+    ErrorCode.APPROVAL_NOT_PENDING: "Only a pending request can be answered; `agentfleet status RUN` shows who "
+                                    "answered it and when.",
     ErrorCode.MODEL_ERROR: "Check the model adapter's configuration and the provider's status; resubmit.",
     ErrorCode.POISON_MESSAGE: "Inspect it with `agentfleet dlq show ID`, fix the worker, then `agentfleet dlq "
                               "replay ID`.",
@@ -121,6 +132,10 @@ class TransientToolError(ToolError):
 
     def __init__(self, message: str, *, hint: str | None = None) -> None:
         super().__init__(message, code=ErrorCode.TRANSIENT, hint=hint)
+
+
+class ApprovalRefused(AgentfleetError):
+    """An answer to an approval request that cannot be taken (unknown, already answered, bad edits)."""
 
 
 class ModelError(AgentfleetError):

@@ -16,6 +16,7 @@ from pydantic import BaseModel
 
 from agentfleet.constants import FINAL_ANSWER_TOOL
 from agentfleet.errors import ConfigurationError
+from agentfleet.harness.policy import ApprovalRule, check_rules
 from agentfleet.loop.budgets import Limits
 
 if TYPE_CHECKING:
@@ -48,12 +49,16 @@ class Agent:
         result_schema: Schema,
         tools: Sequence[Tool] = (),
         limits: Limits | None = None,
+        approval_rules: Sequence[ApprovalRule] = (),
         register: bool = True,
         **unknown: Any,
     ) -> None:
+        """``approval_rules`` ask a person about (or deny) calls of this agent's tools by their arguments;
+        rules in ``AGENTFLEET_APPROVAL_RULES`` apply to every agent as well."""
         if unknown:
             raise ConfigurationError(f"agent {name!r}: unknown option(s) {', '.join(sorted(unknown))}; known: "
-                                     "instructions, model, goal_schema, result_schema, tools, limits, register")
+                                     "instructions, model, goal_schema, result_schema, tools, limits, "
+                                     "approval_rules, register")
         if not name or not name.replace("_", "").replace("-", "").isalnum():
             raise ConfigurationError(f"agent name {name!r} must be letters, digits, '_' or '-'")
         self.name = name
@@ -71,6 +76,7 @@ class Agent:
             if t.fallback is not None and t.fallback not in self.tools:
                 raise ConfigurationError(f"agent {name!r}: tool {t.name!r} falls back to {t.fallback!r}, which is "
                                          "not one of its tools (add it to tools=[...])")
+        self.approval_rules = check_rules(approval_rules, self.tools, f"agent {name!r}")
         if register:
             registry.add(self)
 

@@ -8,12 +8,15 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from agentfleet import constants
+
+if TYPE_CHECKING:
+    from agentfleet.harness.policy import ApprovalRule
 
 Profile = Literal["embedded", "distributed"]
 
@@ -27,7 +30,7 @@ class Settings(BaseSettings):
     redis_url: str = "redis://127.0.0.1:6379/0"
     namespace: str = Field(default=constants.DEFAULT_NAMESPACE, pattern=r"^[A-Za-z0-9_.-]+$")
     # Comma-separated modules whose import registers agents (like Celery's ``include``).
-    agents: str = "agentfleet.examples.repo_report,agentfleet.examples.disk_usage"
+    agents: str = "agentfleet.examples.repo_report,agentfleet.examples.disk_usage,agentfleet.examples.refunds"
     # Root that file tools may touch; paths outside it are refused.
     workspace: Path = Field(default_factory=Path.cwd)
     log_level: str = "INFO"
@@ -66,11 +69,29 @@ class Settings(BaseSettings):
     breaker_cooldown_s: float = Field(default=constants.BREAKER_COOLDOWN_S, gt=0)
     # Read-only tools' results are cached this long unless the tool says otherwise (0: not cached).
     tool_cache_ttl_s: float = Field(default=constants.TOOL_CACHE_TTL_S, ge=0)
+    # Approval rules for every agent: a JSON list of ApprovalRule objects (agentfleet.harness.policy).
+    approval_rules: str = ""
+    # How often observers expire unanswered approval requests and apply answers (0: not in this worker).
+    approval_poll_s: float = Field(default=constants.APPROVAL_POLL_S, ge=0)
 
     @field_validator("workspace")
     @classmethod
     def _absolute_workspace(cls, value: Path) -> Path:
         return value.expanduser().resolve()
+
+    @field_validator("approval_rules")
+    @classmethod
+    def _rules_parse(cls, value: str) -> str:
+        from agentfleet.harness.policy import rules_from_json
+
+        rules_from_json(value)  # a bad rule stops the process at start-up, naming the fault
+        return value
+
+    @property
+    def rules(self) -> tuple[ApprovalRule, ...]:
+        from agentfleet.harness.policy import rules_from_json
+
+        return rules_from_json(self.approval_rules)
 
     @property
     def agent_modules(self) -> list[str]:

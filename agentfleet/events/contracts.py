@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -15,6 +15,8 @@ from agentfleet.constants import MAX_JSON_DEPTH
 from agentfleet.errors import RECOVERY_SUGGESTIONS, AgentfleetError, ErrorCode, GoalRejected
 from agentfleet.events.wire import check_plain, loads_strict
 from agentfleet.loop.budgets import CostUsd, Seconds, Steps, Tokens
+
+M = TypeVar("M", bound=BaseModel)
 
 # Identifiers end up in varchar columns, log lines and AMQP headers: printable text only.
 PRINTABLE = r"^[^\x00-\x1f\x7f]+$"
@@ -75,6 +77,19 @@ class Result(BaseModel):
 def parse_goal(body: bytes | str | dict[str, Any], routing_key: str | None = None, *,
                max_depth: int = MAX_JSON_DEPTH, encoding: str | None = None) -> Goal:
     """A goal from the wire, or GoalRejected saying exactly what is wrong with it."""
+    data = _plain_object(body, max_depth, encoding)
+    if "agent" not in data and routing_key and routing_key.startswith("goal."):
+        data = {**data, "agent": routing_key.removeprefix("goal.")}
+    return _validated(Goal, data, "goal")
+
+
+def parse_plain(model: type[M], body: bytes | str | dict[str, Any], *, max_depth: int = MAX_JSON_DEPTH,
+                encoding: str | None = None, what: str) -> M:
+    """A plain-JSON message of ``model``'s shape from the wire, or GoalRejected saying what is wrong."""
+    return _validated(model, _plain_object(body, max_depth, encoding), what)
+
+
+def _plain_object(body: bytes | str | dict[str, Any], max_depth: int, encoding: str | None) -> dict[str, Any]:
     try:
         if isinstance(body, bytes | str):
             data = loads_strict(body, max_depth=max_depth, encoding=encoding)
@@ -85,13 +100,15 @@ def parse_goal(body: bytes | str | dict[str, Any], routing_key: str | None = Non
         raise GoalRejected(exc.message, code=exc.code) from None
     if not isinstance(data, dict):
         raise GoalRejected("body is not a JSON object", code=ErrorCode.MALFORMED_MESSAGE)
-    if "agent" not in data and routing_key and routing_key.startswith("goal."):
-        data = {**data, "agent": routing_key.removeprefix("goal.")}
+    return data
+
+
+def _validated(model: type[M], data: dict[str, Any], what: str) -> M:
     try:
-        return Goal.model_validate(data)
+        return model.model_validate(data)
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()[:5])
-        raise GoalRejected(f"not a goal: {problems}", code=ErrorCode.MALFORMED_MESSAGE) from None
+        raise GoalRejected(f"not a {what}: {problems}", code=ErrorCode.MALFORMED_MESSAGE) from None
 
 
 class ToolHealthNotice(BaseModel):
@@ -104,3 +121,64 @@ class ToolHealthNotice(BaseModel):
     detail: str | None = None
     time: datetime
     by: str  # the worker that saw it (host:pid)
+
+
+Decision = Literal["approved", "denied", "expired"]
+
+
+class ApprovalResolve(BaseModel):
+    """An answer to an approval request: plain JSON to ``<ns>.inbox``, routing key ``approval.resolve``.
+
+    Who answered is the message's ``user_id`` property (RabbitMQ checks it against the connection's
+    user) or else ``by``. ``arguments`` (with ``approve`` only) replace the call's arguments and must fit
+    the tool's schema, or the answer is refused and the request stays pending.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    run_id: str = Field(min_length=1, max_length=64, pattern=PRINTABLE)
+    call_id: str = Field(min_length=1, max_length=128, pattern=PRINTABLE)
+    decision: Literal["approve", "deny"]
+    note: str | None = Field(default=None, max_length=2000, description="The approver's note, or why it is denied")
+    arguments: dict[str, Any] | None = None
+    by: str | None = Field(default=None, min_length=1, max_length=255, pattern=PRINTABLE)
+
+
+class ApprovalNotice(BaseModel):
+    """``approval.requested`` and ``approval.resolved``: plain JSON on ``<ns>.public`` (routing key = type)."""
+
+    type: Literal["approval.requested", "approval.resolved"]
+    run_id: str
+    call_id: str
+    iteration: int
+    agent: str
+    tool: str
+    arguments: dict[str, Any]  # secrets masked
+    rule: str
+    reason: str
+    requested_at: datetime
+    expires_at: datetime | None = None
+    decision: Decision | None = None  # approval.resolved only, as are the fields below
+    by: str | None = None
+    at: datetime | None = None
+    note: str | None = None
+    edited: bool = False
+
+
+class ApprovalAnswer(BaseModel):
+    """The reply to an ``approval.resolve`` message (on its ``reply_to``)."""
+
+    type: Literal["approval.answer"] = "approval.answer"
+    status: Literal["accepted", "rejected"]
+    run_id: str | None = None
+    call_id: str | None = None
+    decision: Decision | None = None
+    by: str | None = None
+    error_code: ErrorCode | None = None
+    message: str | None = None
+    recovery_suggestion: str | None = None
+
+    @classmethod
+    def rejection(cls, code: ErrorCode, message: str, **fields: Any) -> ApprovalAnswer:
+        return cls(status="rejected", error_code=code, message=message,
+                   recovery_suggestion=RECOVERY_SUGGESTIONS.get(code), **fields)

@@ -107,6 +107,7 @@ class ToolRequested(_Payload):
     call: ToolCall
     sibling_call_ids: list[str]  # every call of this iteration, for the observer's fan-in
     idempotency_key: str
+    approval_id: str | None = None  # sent again once a person answered: the answer decides, not the policy
 
 
 class ToolFinished(_Payload):
@@ -157,16 +158,23 @@ class ToolHealthChanged(_Payload):
 
 
 class ApprovalRequested(_Payload):
+    """A call was parked for a person (the request itself is a row of the approvals table)."""
+
+    approval_id: str
     agent: str
     iteration: int
-    call: ToolCall
-    reason: str
+    call_id: str
+    tool: str
+    sibling_call_ids: list[str]
 
 
 class ApprovalResolved(_Payload):
+    """A request was answered (approved, denied, or expired); the observer sends the call on."""
+
+    approval_id: str
+    iteration: int
     call_id: str
-    approved: bool
-    by: str | None = None
+    decision: Literal["approved", "denied", "expired"]
 
 
 PAYLOADS: dict[EventType, type[BaseModel]] = {

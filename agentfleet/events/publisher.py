@@ -16,9 +16,9 @@ from typing import Any
 
 from celery import Celery
 from kombu import Exchange
+from pydantic import BaseModel
 
 from agentfleet import constants as C
-from agentfleet.events.contracts import Result
 from agentfleet.events.envelope import Envelope
 from agentfleet.events.topology import Topology
 
@@ -83,9 +83,10 @@ class Publisher:
         self.publish_json(self.topology.public, event_type, {"type": event_type, "run_id": run_id, **body},
                           declare=[self.topology.public])
 
-    def reply(self, reply_to: str, correlation_id: str | None, result: Result) -> None:
-        """The Result to a client's reply queue (default exchange, routing key = queue name)."""
-        self.publish_json("", reply_to, result.model_dump(mode="json"), correlation_id=correlation_id)
+    def reply(self, reply_to: str, correlation_id: str | None, answer: BaseModel) -> None:
+        """A Result (or an approval's answer) to a client's reply queue (default exchange, routing key = queue
+        name)."""
+        self.publish_json("", reply_to, answer.model_dump(mode="json"), correlation_id=correlation_id)
 
     def dead_letter(
         self,

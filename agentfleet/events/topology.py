@@ -27,6 +27,8 @@ CONSUMERS: dict[EventType, str] = {
     EventType.RUN_COMPLETED: C.OBSERVER,
     EventType.RUN_FAILED: C.OBSERVER,
     EventType.TOOL_HEALTH_CHANGED: C.OBSERVER,  # stored and announced on <ns>.public
+    EventType.APPROVAL_REQUESTED: C.OBSERVER,  # announced on <ns>.public; the run may start to wait
+    EventType.APPROVAL_RESOLVED: C.OBSERVER,  # announced; the parked call is sent on
 }
 log = logging.getLogger(__name__)
 
@@ -85,8 +87,8 @@ class Topology:
     def inbox_queue(self) -> Queue:
         return Queue(
             C.queue_name(self.namespace, C.INBOX),
-            exchange=self.inbox,
-            routing_key=f"{C.GOAL_ROUTING_PREFIX}*",
+            [binding(self.inbox, routing_key=f"{C.GOAL_ROUTING_PREFIX}*"),
+             binding(self.inbox, routing_key=C.APPROVAL_RESOLVE_ROUTING_KEY)],
             durable=True,
             queue_arguments=self._dead_lettered,
         )

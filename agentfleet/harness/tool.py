@@ -20,6 +20,7 @@ from agentfleet.config.settings import Settings
 from agentfleet.constants import DEFAULT_TOOL_RESPONSE_LIMIT
 from agentfleet.errors import ConfigurationError, ErrorCode, ToolError
 from agentfleet.harness.health import TIERS, HealthCheck, Tier, as_health_check
+from agentfleet.harness.policy import RequiresApproval
 from agentfleet.harness.workspace import Workspace
 
 
@@ -68,6 +69,8 @@ class Tool:
     lock: str | None = None  # a resource lock template over the arguments, e.g. "ticket:{ticket_id}"
     response_limit: int = DEFAULT_TOOL_RESPONSE_LIMIT
     parameters: dict[str, Any] = field(default_factory=dict)
+    requires_approval: RequiresApproval = False  # True, or a function of the arguments
+    approval_expires_s: float | None = None  # an unanswered request is denied after this (None: never)
 
     def default_timeout_s(self, settings: Settings) -> float:
         """The timeout when the tool sets none of its own: its tier's, else the fleet's default."""
@@ -117,6 +120,8 @@ def tool(
     fallback: str | None = None,
     lock: str | None = None,
     response_limit: int = DEFAULT_TOOL_RESPONSE_LIMIT,
+    requires_approval: RequiresApproval = False,
+    approval_expires_s: float | None = None,
     **unknown: Any,
 ) -> Any:
     """Declare a tool. Usable bare (``@tool``) or with options (``@tool(idempotent=True)``).
@@ -126,7 +131,9 @@ def tool(
     name) decides fleet-wide whether the tool is offered; ``fallback`` names the agent's tool
     offered in its place while it is down. ``read_only`` tools are idempotent and their results are
     cached for ``cache_ttl_s``. ``lock`` is a resource held while a call runs, built from its
-    arguments (``"ticket:{ticket_id}"``). An option not listed here is a configuration error.
+    arguments (``"ticket:{ticket_id}"``). ``requires_approval`` (True, or a function of the arguments
+    returning whether to ask) parks each call until a person approves or denies it; an unanswered
+    request is denied after ``approval_expires_s``. An option not listed here is a configuration error.
     """
     if unknown:
         raise ConfigurationError(f"@tool got unknown option(s) {', '.join(sorted(unknown))}; known: "
@@ -143,6 +150,14 @@ def tool(
         for what, value in (("timeout_s", timeout_s), ("cache_ttl_s", cache_ttl_s)):
             if value is not None and value < 0:
                 raise ConfigurationError(f"tool {tool_name!r}: {what} cannot be negative")
+        if approval_expires_s is not None and approval_expires_s <= 0:
+            raise ConfigurationError(f"tool {tool_name!r}: approval_expires_s must be positive")
+        if not isinstance(requires_approval, bool) and not callable(requires_approval):
+            raise ConfigurationError(f"tool {tool_name!r}: requires_approval is True/False or a function of the "
+                                     "arguments")
+        if requires_approval and read_only:
+            raise ConfigurationError(f"tool {tool_name!r}: a read_only tool's results are cached and reused; it "
+                                     "cannot also require approval")
         if cache_ttl_s is not None and not read_only:
             raise ConfigurationError(f"tool {tool_name!r}: cache_ttl_s is for read_only tools")
         if fallback == tool_name:
@@ -167,6 +182,8 @@ def tool(
             lock=lock,
             response_limit=response_limit,
             parameters=schema,
+            requires_approval=requires_approval,
+            approval_expires_s=approval_expires_s,
         )
 
     return wrap(func) if func is not None else wrap

@@ -91,6 +91,14 @@ def fan_in_complete(expected_call_ids: Iterable[str], received_call_ids: Iterabl
     return set(expected_call_ids) <= set(received_call_ids)
 
 
+def waits_on_people(expected_call_ids: Iterable[str], received_call_ids: Iterable[str],
+                    parked_call_ids: Iterable[str]) -> bool:
+    """True when the iteration's only outstanding calls are parked for an answer: nothing else runs,
+    so the run waits (WAITING_APPROVAL) rather than executes."""
+    outstanding = set(expected_call_ids) - set(received_call_ids)
+    return bool(outstanding) and outstanding <= set(parked_call_ids)
+
+
 def _finish(output: Any, result_schema: dict[str, Any]) -> Decision:
     if not isinstance(output, dict):
         return Fail(ErrorCode.OUTPUT_INVALID, "the final answer is not a JSON object")

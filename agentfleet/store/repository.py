@@ -90,6 +90,53 @@ class StepRecord:
     input: Any = None  # what the intent recorded (the first attempt's)
 
 
+@dataclass(frozen=True)
+class ApprovalRecord:
+    """A tool call parked for a person's answer, and the answer once there is one."""
+
+    approval_id: str
+    run_id: str
+    iteration: int
+    call_id: str
+    agent: str
+    tool: str
+    arguments: dict[str, Any]
+    shown: dict[str, Any]
+    args_schema: dict[str, Any]
+    request: dict[str, Any]
+    rule: str
+    reason: str
+    status: str
+    requested_at: datetime
+    expires_at: datetime | None
+    resolved_at: datetime | None
+    resolved_by: str | None
+    note: str | None
+    edited_arguments: dict[str, Any] | None
+    applied_at: datetime | None
+
+    @classmethod
+    def from_row(cls, row: Any) -> ApprovalRecord:
+        data = {k: v for k, v in row._mapping.items() if k in cls.__dataclass_fields__}
+        for key in ("requested_at", "expires_at", "resolved_at", "applied_at"):
+            data[key] = _utc(data[key])
+        return cls(**data)
+
+    @property
+    def pending(self) -> bool:
+        return self.status == APPROVAL_PENDING
+
+    def summary(self) -> dict[str, Any]:
+        """What people see (the arguments with secrets masked)."""
+        data = dataclasses.asdict(self)
+        for key in ("arguments", "args_schema", "request"):
+            data.pop(key)
+        return data
+
+
+APPROVAL_PENDING = "pending"
+
+
 class Store:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
@@ -409,3 +456,80 @@ class Store:
     def mark_replied(self, conn: Connection, ids: Sequence[int]) -> None:
         if ids:
             conn.execute(update(T.run_replies).where(T.run_replies.c.id.in_(list(ids))).values(delivered_at=now()))
+
+    # -- approvals ------------------------------------------------------------------------
+
+    def request_approval(self, conn: Connection, **values: Any) -> bool:
+        """Park a call (once: a second copy of its tool.requested finds the request there)."""
+        return self._insert_ignore(conn, T.approvals, {**values, "status": APPROVAL_PENDING, "requested_at": now()},
+                                   ["approval_id"])
+
+    def approval(self, approval_id: str, conn: Connection | None = None, *, lock: bool = False
+                 ) -> ApprovalRecord | None:
+        stmt = select(T.approvals).where(T.approvals.c.approval_id == approval_id)
+        return self._one_approval(stmt.with_for_update() if lock else stmt, conn)
+
+    def approval_for_call(self, conn: Connection, run_id: str, call_id: str) -> ApprovalRecord | None:
+        """The newest request for a call id of a run (models reuse call ids across iterations), locked."""
+        stmt = (select(T.approvals).where(T.approvals.c.run_id == run_id, T.approvals.c.call_id == call_id)
+                .order_by(T.approvals.c.iteration.desc()).limit(1).with_for_update())
+        return self._one_approval(stmt, conn)
+
+    def _one_approval(self, stmt: Any, conn: Connection | None) -> ApprovalRecord | None:
+        if conn is not None:
+            row = conn.execute(stmt).first()
+        else:
+            with self.engine.connect() as own:
+                row = own.execute(stmt).first()
+        return ApprovalRecord.from_row(row) if row else None
+
+    def resolve_approval(self, conn: Connection, approval_id: str, *, status: str, by: str, note: str | None,
+                         edited_arguments: dict[str, Any] | None, at: datetime | None = None) -> bool:
+        """Answer a pending request (compare-and-set: the first answer wins)."""
+        return conn.execute(
+            update(T.approvals)
+            .where(T.approvals.c.approval_id == approval_id, T.approvals.c.status == APPROVAL_PENDING)
+            .values(status=status, resolved_by=by[:255], note=(note or "")[:2000] or None,
+                    edited_arguments=edited_arguments, resolved_at=at or now())
+        ).rowcount == 1
+
+    def mark_applied(self, conn: Connection, approval_id: str) -> None:
+        conn.execute(update(T.approvals).where(T.approvals.c.approval_id == approval_id).values(applied_at=now()))
+
+    def parked_calls(self, conn: Connection, run_id: str, iteration: int) -> set[str]:
+        """Call ids of the iteration that wait for an answer."""
+        return set(conn.execute(
+            select(T.approvals.c.call_id).where(T.approvals.c.run_id == run_id, T.approvals.c.iteration == iteration,
+                                                T.approvals.c.status == APPROVAL_PENDING)
+        ).scalars().all())
+
+    def pending_approvals(self, *, run_id: str | None = None, limit: int = 1000) -> list[ApprovalRecord]:
+        """Requests waiting for an answer on runs still live, oldest first."""
+        return self._approvals(T.approvals.c.status == APPROVAL_PENDING,
+                               *([T.approvals.c.run_id == run_id] if run_id else []), limit=limit)
+
+    def expired_approvals(self, at: datetime, limit: int = 200) -> list[ApprovalRecord]:
+        return self._approvals(T.approvals.c.status == APPROVAL_PENDING, T.approvals.c.expires_at <= at,
+                               limit=limit)
+
+    def _approvals(self, *where: Any, limit: int) -> list[ApprovalRecord]:
+        live = T.runs.c.state.notin_([s.value for s in TERMINAL])
+        stmt = (select(T.approvals).join(T.runs, T.runs.c.run_id == T.approvals.c.run_id)
+                .where(live, *where).order_by(T.approvals.c.requested_at).limit(limit))
+        with self.engine.connect() as conn:
+            return [ApprovalRecord.from_row(r) for r in conn.execute(stmt).all()]
+
+    def unapplied_approvals(self, before: datetime, limit: int = 200) -> list[tuple[ApprovalRecord, str]]:
+        """Answers the observer has not acted on since ``before``, with their run's trace id."""
+        stmt = (select(T.approvals, T.runs.c.trace_id).join(T.runs, T.runs.c.run_id == T.approvals.c.run_id)
+                .where(T.approvals.c.status != APPROVAL_PENDING, T.approvals.c.applied_at.is_(None),
+                       T.approvals.c.resolved_at <= before)
+                .order_by(T.approvals.c.resolved_at).limit(limit))
+        with self.engine.connect() as conn:
+            return [(ApprovalRecord.from_row(r), r.trace_id) for r in conn.execute(stmt).all()]
+
+    def approvals_of(self, run_id: str) -> list[ApprovalRecord]:
+        """A run's requests and answers, in the order they were asked."""
+        stmt = select(T.approvals).where(T.approvals.c.run_id == run_id).order_by(T.approvals.c.requested_at)
+        with self.engine.connect() as conn:
+            return [ApprovalRecord.from_row(r) for r in conn.execute(stmt).all()]

@@ -129,3 +129,32 @@ tool_health_events = Table(
     Column("occurred_at", Ts, nullable=False),
     Index("ix_tool_health_events_tool", "tool", "occurred_at"),
 )
+
+# Tool calls parked for a person's answer. The id is the tool step's idempotency key: one request
+# per call, however often its tool.requested is delivered.
+approvals = Table(
+    "approvals",
+    metadata,
+    Column("approval_id", String(64), primary_key=True),
+    Column("run_id", String(64), nullable=False),
+    Column("iteration", Integer, nullable=False),
+    Column("call_id", String(128), nullable=False),
+    Column("agent", String(128), nullable=False),
+    Column("tool", String(128), nullable=False),
+    Column("arguments", JSON, nullable=False),  # as the model sent them (run with them unless edited)
+    Column("shown", JSON, nullable=False),  # the same, secrets masked: what people and the public exchange see
+    Column("args_schema", JSON, nullable=False),  # edits are validated against it without loading the agent
+    Column("request", JSON, nullable=False),  # the tool.requested payload, sent again once answered
+    Column("rule", String(255), nullable=False),
+    Column("reason", String(1000), nullable=False),
+    Column("status", String(16), nullable=False),  # pending | approved | denied | expired
+    Column("requested_at", Ts, nullable=False),
+    Column("expires_at", Ts),
+    Column("resolved_at", Ts),
+    Column("resolved_by", String(255)),
+    Column("note", String(2000)),  # the approver's note or the denial's reason
+    Column("edited_arguments", JSON),
+    Column("applied_at", Ts),  # the observer has sent the call on (or found its run ended)
+    Index("ix_approvals_run_call", "run_id", "call_id"),
+    Index("ix_approvals_status", "status", "requested_at"),
+)

@@ -21,6 +21,8 @@ HANDLERS: dict[EventType, Handler] = {
     EventType.RUN_COMPLETED: observer.on_run_ended,
     EventType.RUN_FAILED: observer.on_run_ended,
     EventType.TOOL_HEALTH_CHANGED: observer.on_tool_health_changed,
+    EventType.APPROVAL_REQUESTED: observer.on_approval_requested,
+    EventType.APPROVAL_RESOLVED: observer.on_approval_resolved,
 }
 assert set(HANDLERS) == set(CONSUMERS), "every consumed event type has exactly one handler"
 

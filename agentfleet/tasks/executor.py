@@ -1,5 +1,8 @@
 """Executor: runs one tool call per event, write-ahead, never silently twice.
 
+The policy is read first: a call a rule denies is answered PERMISSION_DENIED, and a
+call that needs a person is parked (a row, and approval.requested) without running or
+holding anything; the observer sends it again once answered, and the answer decides.
 The intent is recorded before the tool runs. A redelivered call that finds an
 unfinished intent knows an earlier attempt died mid-call: an idempotent tool runs
 again; any other tool's outcome is UNKNOWN_OUTCOME, handed to the loop to resolve.
@@ -8,11 +11,17 @@ again; any other tool's outcome is UNKNOWN_OUTCOME, handed to the loop to resolv
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
 
-from agentfleet.errors import ErrorCode
-from agentfleet.events.envelope import Envelope, EventType, ToolFinished, ToolRequested
-from agentfleet.harness.tool import ToolContext
+from agentfleet.errors import AgentfleetError, ErrorCode
+from agentfleet.events.envelope import ApprovalRequested, Envelope, EventType, ToolFinished, ToolRequested
+from agentfleet.harness.policy import Verdict, evaluate
+from agentfleet.harness.redaction import redact
+from agentfleet.harness.tool import Tool, ToolContext
 from agentfleet.loop.transcript import ToolResult
+from agentfleet.store.repository import ApprovalRecord, now
 from agentfleet.tasks.base import Step
 from agentfleet.tasks.retry import CommitPending, InFlight, outcome_at_risk
 
@@ -27,16 +36,21 @@ def on_tool_requested(step: Step) -> list[Envelope]:
     with store.step_lock(key) as held:
         if not held:
             raise InFlight(f"tool step {key} is running elsewhere")
+        cleared = _policy(step, req)
+        if isinstance(cleared, list):
+            return cleared  # parked for a person: nothing ran
         record = store.begin_step(
             key=key, run_id=step.env.run_id, iteration=req.iteration, kind="tool", call_id=req.call.id,
-            name=req.call.name, input=req.call.arguments, worker=step.worker,
+            name=req.call.name, input=cleared.arguments, worker=step.worker,
         )
         if record.status != "started":
             result = ToolResult.model_validate(record.output)  # finished before: never run it again
         elif step.carried is not None:
             result = ToolResult.model_validate(step.carried["tool_result"])  # ran before an outage: commit it
+        elif cleared.answer is not None:
+            result = cleared.answer
         else:
-            result = _attempt(step, req, record.attempts)
+            result = _attempt(step, req, record.attempts, cleared.arguments)
         finished = ToolFinished(
             agent=req.agent, iteration=req.iteration, call_id=req.call.id, tool=req.call.name,
             sibling_call_ids=req.sibling_call_ids, result=result, attempt=record.attempts, worker=step.worker,
@@ -54,7 +68,75 @@ def on_tool_requested(step: Step) -> list[Envelope]:
             raise
 
 
-def _attempt(step: Step, req: ToolRequested, attempt: int) -> ToolResult:
+@dataclass(frozen=True)
+class Cleared:
+    """The call may go on: with these arguments (a person may have edited them), or answered without running."""
+
+    arguments: dict[str, Any]
+    answer: ToolResult | None = None
+
+
+def _policy(step: Step, req: ToolRequested) -> Cleared | list[Envelope]:
+    """What the policy (or, for a call sent again after an answer, the answer) says; parked: its events."""
+    store = step.rt.store
+    if req.approval_id is not None:
+        record = store.approval(req.approval_id)
+        if record is None or record.pending:
+            raise AgentfleetError(f"call {req.call.id} was sent on without an answer to its approval request")
+        return _answered(record)
+    agent = step.rt.agent(req.agent)
+    tool = agent.tools.get(req.call.name) if agent else None
+    if agent is None or tool is None:
+        return Cleared(req.call.arguments)  # _attempt answers UNKNOWN_TOOL
+    verdict = evaluate(tool.name, req.call.arguments, requires_approval=tool.requires_approval,
+                       expires_s=tool.approval_expires_s, rules=(*agent.approval_rules, *step.rt.settings.rules))
+    if verdict.action == "allow":
+        return Cleared(req.call.arguments)
+    if verdict.action == "deny":
+        return Cleared(req.call.arguments, ToolResult.failure(
+            ErrorCode.PERMISSION_DENIED, f"{tool.name} refused by policy ({verdict.rule}): {verdict.reason}",
+            "Do not repeat this call as it is; change it or carry on without it."))
+    return _park(step, req, tool, verdict)
+
+
+def _park(step: Step, req: ToolRequested, tool: Tool, verdict: Verdict) -> Cleared | list[Envelope]:
+    """Record the request (once per call) and announce it; a request already answered is acted on instead."""
+    store, key = step.rt.store, req.idempotency_key
+    expires_at = now() + timedelta(seconds=verdict.expires_s) if verdict.expires_s else None
+    with store.tx() as conn:
+        store.request_approval(
+            conn, approval_id=key, run_id=step.env.run_id, iteration=req.iteration, call_id=req.call.id,
+            agent=req.agent, tool=tool.name, arguments=req.call.arguments,
+            shown=redact(req.call.arguments, tool.parameters), args_schema=tool.parameters,
+            request=req.model_dump(mode="json"), rule=(verdict.rule or "")[:255], reason=(verdict.reason or "")[:1000],
+            expires_at=expires_at,
+        )
+        record = store.approval(key, conn)
+        assert record is not None
+        if not record.pending:
+            return _answered(record)
+        event = step.event(EventType.APPROVAL_REQUESTED, ApprovalRequested(
+            approval_id=key, agent=req.agent, iteration=req.iteration, call_id=req.call.id, tool=tool.name,
+            sibling_call_ids=req.sibling_call_ids), key=(req.iteration, req.call.id, "approval"))
+        log.info("call parked for approval", extra={"tool": tool.name, "rule": verdict.rule})
+        return step.commit(conn, [event])
+
+
+def _answered(record: ApprovalRecord) -> Cleared:
+    """A person's answer (or its expiry) as the call's fate: run it, with any edits, or tell the model no."""
+    if record.status == "approved":
+        return Cleared(record.edited_arguments if record.edited_arguments is not None else record.arguments)
+    if record.status == "expired":
+        return Cleared(record.arguments, ToolResult.failure(
+            ErrorCode.APPROVAL_EXPIRED, f"nobody answered the approval request for {record.tool} in time "
+                                        f"({record.note})",
+            "Carry on without this call, or try it again later."))
+    return Cleared(record.arguments, ToolResult.failure(
+        ErrorCode.APPROVAL_DENIED, f"{record.resolved_by} denied {record.tool}: {record.note or 'no reason given'}",
+        "Do not repeat the call as it was; change it as the reason says, or carry on without it."))
+
+
+def _attempt(step: Step, req: ToolRequested, attempt: int, arguments: dict[str, Any]) -> ToolResult:
     settings = step.rt.settings
     agent = step.rt.agent(req.agent)
     tool = agent.tools.get(req.call.name) if agent else None
@@ -79,4 +161,4 @@ def _attempt(step: Step, req: ToolRequested, attempt: int) -> ToolResult:
         )
     ctx = ToolContext(run_id=step.env.run_id, call_id=req.call.id, idempotency_key=req.idempotency_key,
                       workspace=settings.workspace, attempt=attempt)
-    return step.rt.dispatch.call(tool, req.call.arguments, ctx)
+    return step.rt.dispatch.call(tool, arguments, ctx)

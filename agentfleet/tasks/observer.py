@@ -1,16 +1,23 @@
 """Observer: fans tool results in, and speaks to the outside world when a run ends.
 
 Results of one iteration arrive in any order on any observer; the run row's
-lock serialises them, so exactly one handling sees the set complete.
+lock serialises them, so exactly one handling sees the set complete. When the only
+calls still out are parked for a person, the run waits (WAITING_APPROVAL); an answer
+sends the parked call back to the executors, and its result fans in like any other.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 
-from agentfleet.errors import RECOVERY_SUGGESTIONS, ErrorCode
+from sqlalchemy import Connection
+
+from agentfleet.errors import RECOVERY_SUGGESTIONS, ErrorCode, MalformedEvent
 from agentfleet.events.contracts import Result, ResultStatus, ToolHealthNotice
 from agentfleet.events.envelope import (
+    ApprovalRequested,
+    ApprovalResolved,
     Envelope,
     EventType,
     Observation,
@@ -19,10 +26,13 @@ from agentfleet.events.envelope import (
     RunEnded,
     ToolFinished,
     ToolHealthChanged,
+    ToolRequested,
 )
-from agentfleet.loop.decisions import fan_in_complete
+from agentfleet.loop.decisions import fan_in_complete, waits_on_people
 from agentfleet.loop.states import RunState, is_terminal
 from agentfleet.loop.transcript import ToolResult
+from agentfleet.store.repository import RunRecord
+from agentfleet.tasks.approvals import notice
 from agentfleet.tasks.base import Step, end_run, result_of
 
 log = logging.getLogger(__name__)
@@ -34,13 +44,14 @@ def on_tool_finished(step: Step) -> list[Envelope]:
     store = step.rt.store
     with store.tx() as conn:
         run = store.get_run(step.env.run_id, conn, lock=True)
-        if run is None or run.state != RunState.EXECUTING or run.iteration != done.iteration:
+        if run is None or run.state not in _FANNING_IN or run.iteration != done.iteration:
             log.info("late tool result ignored", extra={"call_id": done.call_id, "state": run and run.state})
             return step.commit(conn, [])
         store.record_observation(conn, run_id=run.run_id, iteration=done.iteration, call_id=done.call_id,
                                  tool=done.tool, result=done.result.model_dump(mode="json"))
         received = {o["call_id"]: o for o in store.observations(conn, run.run_id, done.iteration)}
         if not fan_in_complete(done.sibling_call_ids, received):
+            _wait_if_parked(step, conn, run, done.sibling_call_ids, received)
             return step.commit(conn, [])
         if not store.transition(conn, run, RunState.OBSERVING):
             return step.commit(conn, [])
@@ -54,6 +65,59 @@ def on_tool_finished(step: Step) -> list[Envelope]:
             ObservationRecorded(agent=run.agent, iteration=done.iteration, observations=observations),
             key=(done.iteration, "observation"),
         )
+        return step.commit(conn, [event])
+
+
+_FANNING_IN = (RunState.EXECUTING, RunState.WAITING_APPROVAL)
+
+
+def _wait_if_parked(step: Step, conn: Connection, run: RunRecord, expected: list[str], received: Iterable[str]
+                    ) -> None:
+    """EXECUTING → WAITING_APPROVAL once every call still out is parked (other calls were never held back)."""
+    if run.state == RunState.EXECUTING and waits_on_people(
+            expected, received, step.rt.store.parked_calls(conn, run.run_id, run.iteration)):
+        step.rt.store.transition(conn, run, RunState.WAITING_APPROVAL)
+
+
+def on_approval_requested(step: Step) -> list[Envelope]:
+    """Announce the request on the public exchange; the run waits once nothing else of its iteration runs."""
+    asked = step.env.body()
+    assert isinstance(asked, ApprovalRequested)
+    store, publisher = step.rt.store, step.rt.publisher
+    record = store.approval(asked.approval_id)
+    if record is not None:
+        body = notice(record, as_requested=True)
+        publisher.publish_json(publisher.topology.public, body.type, body.model_dump(mode="json"),
+                               declare=[publisher.topology.public])
+    with store.tx() as conn:
+        run = store.get_run(step.env.run_id, conn, lock=True)
+        if run is not None and run.iteration == asked.iteration:
+            received = [o["call_id"] for o in store.observations(conn, run.run_id, asked.iteration)]
+            _wait_if_parked(step, conn, run, asked.sibling_call_ids, received)
+        return step.commit(conn, [])
+
+
+def on_approval_resolved(step: Step) -> list[Envelope]:
+    """Announce the answer and send the parked call on: the executor runs it (approved, maybe with edited
+    arguments) or answers the model APPROVAL_DENIED / APPROVAL_EXPIRED, and its result fans in as usual."""
+    answered = step.env.body()
+    assert isinstance(answered, ApprovalResolved)
+    store, publisher = step.rt.store, step.rt.publisher
+    record = store.approval(answered.approval_id)
+    if record is None or record.pending:
+        raise MalformedEvent(f"approval.resolved for {answered.approval_id}, which has no answer recorded")
+    body = notice(record)
+    publisher.publish_json(publisher.topology.public, body.type, body.model_dump(mode="json"),
+                           declare=[publisher.topology.public])
+    with store.tx() as conn:
+        store.mark_applied(conn, record.approval_id)
+        run = store.get_run(step.env.run_id, conn, lock=True)
+        if run is None or is_terminal(run.state) or run.iteration != record.iteration:
+            return step.commit(conn, [])  # the run ended (cancelled, past its deadline) while it waited
+        if run.state == RunState.WAITING_APPROVAL:
+            store.transition(conn, run, RunState.EXECUTING)
+        request = ToolRequested.model_validate({**record.request, "approval_id": record.approval_id})
+        event = step.event(EventType.TOOL_REQUESTED, request, key=(record.iteration, record.call_id, "answered"))
         return step.commit(conn, [event])
 
 

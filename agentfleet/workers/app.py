@@ -17,7 +17,7 @@ from agentfleet.events.topology import Topology
 from agentfleet.events.wire import install_bounded_decompression
 from agentfleet.tasks.catalog import register_tasks
 from agentfleet.tasks.runtime import SETTINGS_KEY
-from agentfleet.workers.bootsteps import DeclareTopology, HealthTimer, InboxConsumer, SweepTimer
+from agentfleet.workers.bootsteps import ApprovalTimer, DeclareTopology, HealthTimer, InboxConsumer, SweepTimer
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +95,7 @@ def create_app(settings: Settings | None = None) -> Celery:
     app.steps["worker"].add(DeclareTopology)
     app.steps["worker"].add(SweepTimer)
     app.steps["worker"].add(HealthTimer)
+    app.steps["worker"].add(ApprovalTimer)
     app.steps["consumer"].add(InboxConsumer)
     return app
 

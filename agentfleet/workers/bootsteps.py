@@ -11,6 +11,7 @@ from kombu import Consumer
 
 from agentfleet import constants as C
 from agentfleet.harness.health_cache import CheckPlan, plan_checks
+from agentfleet.tasks import approvals
 from agentfleet.tasks.runtime import Runtime, runtime_for
 from agentfleet.tasks.sweeper import sweep
 from agentfleet.workers.inbox import Inbox
@@ -91,6 +92,20 @@ class SweepTimer(_Timer):
     def tick(self, rt: Runtime) -> None:
         for f in sweep(rt) or []:
             log.info("sweeper: %s %s", f.action, f.reason, extra={"run_id": f.run_id, "quiet_s": f.quiet_s})
+
+
+class ApprovalTimer(_Timer):
+    """Observer workers expire unanswered approval requests, and send answers nobody acted on yet (their
+    event was lost, or the CLI recorded them beside an embedded fleet). One pass at a time fleet-wide."""
+
+    role = C.OBSERVER
+    name_of_thread = "agentfleet-approvals"
+
+    def interval(self, rt: Runtime) -> float:
+        return rt.settings.approval_poll_s
+
+    def tick(self, rt: Runtime) -> None:
+        approvals.tick(rt)
 
 
 class HealthTimer(_Timer):

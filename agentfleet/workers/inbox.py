@@ -1,4 +1,5 @@
-"""The inbox's answers: admit a goal, or reply and dead-letter it with the reason. Never raise.
+"""The inbox's answers: admit a goal or take an approval's answer, or reply and dead-letter the
+message with the reason. Never raise.
 
 A message is acked only after its goal.submitted is confirmed by the broker, or after its
 rejection is dead-lettered (confirmed too); if the broker connection fails in between,
@@ -13,11 +14,12 @@ from typing import Any
 from kombu import Message
 from kombu.exceptions import OperationalError as BrokerUnreachable
 
-from agentfleet.constants import GOAL_ROUTING_PREFIX
-from agentfleet.errors import AgentfleetError, ErrorCode, GoalRejected
-from agentfleet.events.contracts import Result
+from agentfleet.constants import APPROVAL_RESOLVE_ROUTING_KEY, GOAL_ROUTING_PREFIX
+from agentfleet.errors import AgentfleetError, ApprovalRefused, ErrorCode, GoalRejected
+from agentfleet.events.contracts import ApprovalAnswer, ApprovalResolve, Result, parse_plain
 from agentfleet.events.wire import loads_strict
 from agentfleet.tasks.admission import admit, goal_event
+from agentfleet.tasks.approvals import resolve
 from agentfleet.tasks.runtime import Runtime
 
 log = logging.getLogger(__name__)
@@ -40,7 +42,8 @@ class Inbox:
     def on_unroutable(self, message: Message) -> None:
         self._settle(message, GoalRejected(
             f"routing key {_routing_key(message)!r} matches no inbox binding (goals use "
-            f"{GOAL_ROUTING_PREFIX}<agent>)", code=ErrorCode.UNROUTABLE))
+            f"{GOAL_ROUTING_PREFIX}<agent>; answers to approvals use {APPROVAL_RESOLVE_ROUTING_KEY})",
+            code=ErrorCode.UNROUTABLE))
 
     def _settle(self, message: Message, rejection: GoalRejected | None = None) -> None:
         """Admit (or refuse with ``rejection``), then ack. Whatever fails, the consumer goes on."""
@@ -49,7 +52,7 @@ class Inbox:
                 if rejection is not None:
                     raise rejection
                 self._admit(message)
-            except GoalRejected as exc:
+            except (GoalRejected, ApprovalRefused) as exc:
                 self._reject(message, exc.code, exc.message)
             except BrokerUnreachable:
                 raise
@@ -74,18 +77,37 @@ class Inbox:
             raise GoalRejected(f"body of {len(body)} bytes is over the inbox limit of {settings.inbox_max_bytes}",
                                code=ErrorCode.MESSAGE_TOO_LARGE)
         reply_to, correlation_id = _reply_address(message)
+        if _routing_key(message) == APPROVAL_RESOLVE_ROUTING_KEY:
+            self._answer(message, body, reply_to, correlation_id)
+            return
         goal = admit(self.rt.agents, body, _routing_key(message), max_depth=settings.max_json_depth,
                      encoding=message.content_encoding)
         # A goal_id reused with another input is refused by the planner, which reads the run anyway.
         self.rt.publisher.publish([goal_event(goal, reply_to=reply_to, correlation_id=correlation_id)])
+
+    def _answer(self, message: Message, body: bytes, reply_to: str | None, correlation_id: str | None) -> None:
+        """An answer to an approval request. Who answered: the ``user_id`` property (the broker checks it
+        against the connection's user), else the body's ``by``."""
+        settings = self.rt.settings
+        answer = parse_plain(ApprovalResolve, body, max_depth=settings.max_json_depth,
+                             encoding=message.content_encoding, what="approval answer")
+        user_id = (message.properties or {}).get("user_id")
+        by = user_id if isinstance(user_id, str) and user_id else (answer.by or "anonymous (no user_id, no by)")
+        accepted = resolve(self.rt, answer, by)
+        if reply_to:
+            self.rt.publisher.reply(reply_to, correlation_id, accepted)
 
     def _reject(self, message: Message, code: ErrorCode, reason: str) -> None:
         body = message.body if isinstance(message.body, bytes) else str(message.body).encode()
         reply_to, correlation_id = _reply_address(message)
         if reply_to:
             fields = _fields(body, self.rt.settings.inbox_max_bytes, self.rt.settings.max_json_depth)
-            result = Result.rejection(code, reason, agent=fields.get("agent"), goal_id=fields.get("goal_id"))
-            self.rt.publisher.reply(reply_to, correlation_id, result)
+            if _routing_key(message) == APPROVAL_RESOLVE_ROUTING_KEY:
+                self.rt.publisher.reply(reply_to, correlation_id, ApprovalAnswer.rejection(
+                    code, reason, run_id=fields.get("run_id"), call_id=fields.get("call_id")))
+            else:
+                self.rt.publisher.reply(reply_to, correlation_id, Result.rejection(
+                    code, reason, agent=fields.get("agent"), goal_id=fields.get("goal_id")))
         props = message.properties or {}
         headers = dict(message.headers or {})
         if not message.errors:  # kombu decompressed the body we keep: it is no longer compressed
@@ -121,7 +143,8 @@ def _reply_address(message: Message) -> tuple[str | None, str | None]:
 
 
 def _fields(body: bytes, max_bytes: int, max_depth: int) -> dict[str, str]:
-    """agent and goal_id of a rejected goal, if its body is JSON enough to have them."""
+    """The identifying fields of a refused message (a goal's agent and goal_id, an answer's run_id and
+    call_id), if its body is JSON enough to have them."""
     if len(body) > max_bytes:
         return {}
     try:
@@ -130,4 +153,4 @@ def _fields(body: bytes, max_bytes: int, max_depth: int) -> dict[str, str]:
         return {}
     if not isinstance(data, dict):
         return {}
-    return {k: v[:200] for k in ("agent", "goal_id") if isinstance(v := data.get(k), str)}
+    return {k: v[:200] for k in ("agent", "goal_id", "run_id", "call_id") if isinstance(v := data.get(k), str)}

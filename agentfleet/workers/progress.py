@@ -12,8 +12,8 @@ from rich.markup import escape
 
 from agentfleet.constants import FINAL_ANSWER_TOOL, FOLLOW_POLL_INTERVAL_S
 from agentfleet.events.contracts import Result
-from agentfleet.loop.states import is_terminal
-from agentfleet.store.repository import RunRecord, Store
+from agentfleet.loop.states import RunState, is_terminal
+from agentfleet.store.repository import ApprovalRecord, RunRecord, Store
 
 
 def _short(value: Any, limit: int = 60) -> str:
@@ -61,9 +61,19 @@ def wait_for_end(store: Store, run_id: str, *, timeout_s: float,
         time.sleep(FOLLOW_POLL_INTERVAL_S)
 
 
-def follow(store: Store, run_id: str, console: Console | None, *, timeout_s: float) -> Result | None:
-    """Wait for the run's Result, printing each finished step once; None if the wait ran out first."""
-    shown: set[int] = set()
+def approval_line(record: ApprovalRecord, embedded: bool) -> str:
+    flag = " --embedded" if embedded else ""
+    expires = f", expires {record.expires_at.isoformat(timespec='seconds')}" if record.expires_at else ""
+    return (f"  ⏸ {record.tool}({_short(record.shown)}) waits for a person: {record.reason} [{record.rule}{expires}]\n"
+            f"    agentfleet approve{flag} {record.run_id} {record.call_id}   or   agentfleet deny{flag} "
+            f"{record.run_id} {record.call_id} --reason ...")
+
+
+def follow(store: Store, run_id: str, console: Console | None, *, timeout_s: float,
+           embedded: bool = False) -> Result | None:
+    """Wait for the run's Result, printing each finished step (and each wait for a person) once; None if
+    the wait ran out first."""
+    shown: set[int | str] = set()
 
     def show(run: RunRecord | None) -> None:
         if console is None or run is None:
@@ -72,6 +82,11 @@ def follow(store: Store, run_id: str, console: Console | None, *, timeout_s: flo
             if step["id"] not in shown and step["status"] != "started":
                 shown.add(step["id"])
                 console.print(escape(step_line(step)))
+        if run.state == RunState.WAITING_APPROVAL:
+            for record in store.pending_approvals(run_id=run_id):
+                if record.approval_id not in shown:
+                    shown.add(record.approval_id)
+                    console.print(escape(approval_line(record, embedded)))
 
     ended = wait_for_end(store, run_id, timeout_s=timeout_s, on_poll=show)
     return None if ended is None else Result.model_validate(ended.result)
@@ -92,4 +107,5 @@ def describe_run(store: Store, run_id: str) -> dict[str, Any] | None:
         "updated_at": run.updated_at.isoformat(),
         "result": run.result,
         "steps": store.steps(run_id),
+        "approvals": [a.summary() for a in store.approvals_of(run_id)],
     }

@@ -1,0 +1,270 @@
+"""Approvals: the policy (pure), redaction, and the durable wait end to end on the embedded fleet."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import SecretStr
+
+from agentfleet import Agent, ScriptedModel, tool
+from agentfleet.config.settings import Settings, get_settings
+from agentfleet.errors import ApprovalRefused, ConfigurationError, ErrorCode
+from agentfleet.events.contracts import ApprovalResolve
+from agentfleet.events.envelope import Envelope, EventType, RunCancelRequested
+from agentfleet.harness.policy import ApprovalRule, evaluate, rules_from_json
+from agentfleet.harness.redaction import redact
+from agentfleet.loop.decisions import waits_on_people
+from agentfleet.loop.states import RunState
+from agentfleet.tasks.approvals import resolve
+from agentfleet.workers.embedded import EmbeddedFleet
+from agentfleet.workers.progress import describe_run
+from tests.helpers import wait_for_run
+
+# -- the policy ------------------------------------------------------------------------------------
+
+SUDO = ApprovalRule(tool="shell", match={"command": r"^sudo\b"}, reason="sudo needs a person", expires_s=60)
+RM = ApprovalRule(tool="shell", action="deny", match={"command": r"rm\s+-rf"}, reason="no recursive deletes",
+                  name="no-rm-rf")
+BIG = ApprovalRule(tool="pay*", above={"/order/amount": 100}, reason="large payments")
+
+
+def test_deny_rules_come_first_then_the_tools_flag_then_ask_rules() -> None:
+    assert evaluate("shell", {"command": "sudo rm -rf /"}, rules=[SUDO, RM]) == \
+        evaluate("shell", {"command": "sudo rm -rf /"}, rules=[RM, SUDO])
+    denied = evaluate("shell", {"command": "sudo rm -rf /"}, rules=[SUDO, RM], requires_approval=True)
+    assert (denied.action, denied.rule, denied.reason) == ("deny", "no-rm-rf", "no recursive deletes")
+    asked = evaluate("shell", {"command": "sudo ls"}, rules=[SUDO, RM])
+    assert (asked.action, asked.reason, asked.expires_s) == ("ask", "sudo needs a person", 60)
+    assert evaluate("shell", {"command": "ls -la"}, rules=[SUDO, RM]).action == "allow"
+    assert evaluate("other", {"command": "sudo ls"}, rules=[SUDO, RM]).action == "allow"
+    flagged = evaluate("shell", {"command": "ls"}, requires_approval=True, expires_s=5)
+    assert (flagged.action, flagged.rule, flagged.expires_s) == ("ask", "shell.requires_approval", 5)
+
+
+def test_conditions_read_arguments_by_name_or_pointer_and_a_missing_one_holds_nothing() -> None:
+    assert evaluate("payment", {"order": {"amount": 101}}, rules=[BIG]).action == "ask"
+    assert evaluate("payment", {"order": {"amount": 100}}, rules=[BIG]).action == "allow"
+    assert evaluate("payment", {"order": {"amount": "1000"}}, rules=[BIG]).action == "allow"  # not a number
+    assert evaluate("payment", {"order": {"amount": True}}, rules=[BIG]).action == "allow"
+    assert evaluate("payment", {}, rules=[BIG]).action == "allow"
+    nested = ApprovalRule(tool="t", match={"/to/0": "@evil\\.com$"}, reason="outside mail")
+    assert evaluate("t", {"to": ["a@evil.com"]}, rules=[nested]).action == "ask"
+    assert evaluate("t", {"to": []}, rules=[nested]).action == "allow"
+    assert BIG.label == "ask pay* if /order/amount>100"
+
+
+def test_a_policy_that_cannot_be_read_fails_closed() -> None:
+    def broken(args: dict[str, Any]) -> bool:
+        raise KeyError("amount")
+
+    rule = ApprovalRule(tool="t", when=broken, reason="r")
+    verdict = evaluate("t", {}, rules=[rule])
+    assert verdict.action == "ask" and "KeyError" in (verdict.reason or "")
+    assert evaluate("t", {}, requires_approval=broken).action == "ask"
+    assert evaluate("t", {"n": 1}, requires_approval=lambda a: a["n"] > 5).action == "allow"
+    assert evaluate("t", {"n": 9}, requires_approval=lambda a: a["n"] > 5).action == "ask"
+
+
+def test_rules_from_settings_and_declarations_are_checked_at_start_up() -> None:
+    rules = rules_from_json('[{"tool": "shell", "match": {"command": "^sudo"}, "reason": "sudo"}]')
+    assert rules[0].action == "ask"
+    for bad, where in (('[{"tool": "shell"}]', "reason"), ('[{"reason": "r", "match": {"c": "("}}]', "match"),
+                       ('[{"reason": "r", "action": "maybe"}]', "action"), ('{"reason": "r"}', "JSON list")):
+        with pytest.raises(ConfigurationError, match="AGENTFLEET_APPROVAL_RULES") as exc:
+            rules_from_json(bad)
+        assert where in str(exc.value)
+    with pytest.raises(ConfigurationError):
+        Settings(approval_rules='[{"tool": "x"}]')
+
+    @tool
+    def act(n: int) -> dict:
+        """Act."""
+        return {}
+
+    with pytest.raises(ConfigurationError, match="covers none of its tools"):
+        Agent("typo_rules", instructions="", model=ScriptedModel([]), goal_schema={}, result_schema={},
+              tools=[act], approval_rules=[ApprovalRule(tool="acts", reason="r")], register=False)
+    with pytest.raises(ConfigurationError, match="cannot also require approval"):
+        tool(read_only=True, requires_approval=True)(act.func)
+    with pytest.raises(ConfigurationError, match="approval_expires_s"):
+        tool(requires_approval=True, approval_expires_s=0)(act.func)
+
+
+def test_secrets_are_masked_by_schema_and_by_name_at_any_depth() -> None:
+    @tool
+    def login(user: str, secret_word: SecretStr, options: dict) -> dict:
+        """Log in."""
+        return {}
+
+    shown = redact({"user": "ann", "secret_word": "x", "options": {"api_key": "k", "n": [{"token": "t"}]}},
+                   login.parameters)
+    assert shown == {"user": "ann", "secret_word": "***", "options": {"api_key": "***", "n": [{"token": "***"}]}}
+    schema = {"properties": {"pin": {"type": "string", "writeOnly": True}}}
+    assert redact({"pin": "1234", "Password": "p"}, schema) == {"pin": "***", "Password": "***"}
+
+
+def test_a_run_waits_only_when_every_call_still_out_is_parked() -> None:
+    assert waits_on_people(["a", "b"], ["b"], ["a"])
+    assert not waits_on_people(["a", "b"], [], ["a"])  # b still runs
+    assert not waits_on_people(["a", "b"], ["a", "b"], [])  # complete: observe, not wait
+    assert not waits_on_people(["a"], [], [])
+
+
+# -- the wait, end to end (embedded) -------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedFleet]:
+    workspace = tmp_path_factory.mktemp("ws")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("AGENTFLEET_AGENTS", "tests.fixtures.agents")
+    mp.setenv("AGENTFLEET_WORKSPACE", str(workspace))
+    mp.setenv("AGENTFLEET_EMBEDDED_DATABASE_URL", f"sqlite:///{workspace}/fleet.db")
+    mp.setenv("AGENTFLEET_APPROVAL_POLL_S", "0.1")
+    get_settings.cache_clear()
+    with EmbeddedFleet(get_settings()) as running:
+        running.workspace = workspace  # type: ignore[attr-defined]
+        yield running
+    mp.undo()
+    get_settings.cache_clear()
+
+
+@pytest.fixture(autouse=True)
+def _isolated_settings() -> None:
+    """The module-scoped fleet owns its settings."""
+
+
+def eventually(what: Callable[[], Any], timeout: float = 20.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if value := what():
+            return value
+        time.sleep(0.02)
+    raise AssertionError("not within the timeout")
+
+
+def start(fleet: EmbeddedFleet, *calls: list[Any]) -> str:
+    return fleet.submit({"agent": "payer", "input": {"calls": list(calls)}, "goal_id": uuid.uuid4().hex})
+
+
+def waiting(fleet: EmbeddedFleet, run_id: str) -> None:
+    eventually(lambda: (run := fleet.store.get_run(run_id)) is not None and run.state == RunState.WAITING_APPROVAL)
+
+
+def answer(fleet: EmbeddedFleet, run_id: str, call_id: str, decision: str = "approve", by: str = "ann",
+           **fields: Any) -> Any:
+    # publish=False: as the CLI beside an embedded fleet; the observer's timer finds the answer.
+    return resolve(fleet.runtime, ApprovalResolve(run_id=run_id, call_id=call_id, decision=decision,  # type: ignore
+                                                  **fields), by, publish=False)
+
+
+def ledger(fleet: EmbeddedFleet, run_id: str) -> list[str]:
+    path = fleet.workspace / f"ledger-{run_id}.txt"  # type: ignore[attr-defined]
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def test_an_approved_call_runs_once_with_the_edited_arguments_and_who_answered_is_kept(
+        fleet: EmbeddedFleet) -> None:
+    run_id = start(fleet, ["p", "pay", {"payee": "acme", "amount": 500, "token": "s3cret"}])
+    waiting(fleet, run_id)
+    assert ledger(fleet, run_id) == []  # nothing ran while it waits
+    [pending] = fleet.store.pending_approvals(run_id=run_id)
+    assert pending.shown == {"payee": "acme", "amount": 500, "token": "***"}
+    with pytest.raises(ApprovalRefused) as bad:
+        answer(fleet, run_id, "p", arguments={"payee": "acme", "amount": 5000})
+    assert bad.value.code == ErrorCode.INVALID_ARGUMENTS and "stays pending" in bad.value.message
+    assert fleet.store.pending_approvals(run_id=run_id)  # still waiting
+    accepted = answer(fleet, run_id, "p", arguments={"payee": "acme", "amount": 50}, note="half now")
+    assert (accepted.status, accepted.decision, accepted.by) == ("accepted", "approved", "ann")
+    with pytest.raises(ApprovalRefused) as again:
+        answer(fleet, run_id, "p", decision="deny", by="bob")
+    assert again.value.code == ErrorCode.APPROVAL_NOT_PENDING and "approved by ann" in again.value.message
+    result = wait_for_run(fleet.store, run_id, timeout=30).result
+    assert result is not None and result["status"] == "succeeded", result
+    assert result["output"]["seen"] == [{"ok": True, "output": {"paid": "acme", "amount": 50}}]
+    assert [line.split(":")[:3] for line in ledger(fleet, run_id)] == [["pay", "acme", "50"]]
+    [history] = describe_run(fleet.store, run_id)["approvals"]  # type: ignore[index]
+    assert (history["status"], history["resolved_by"], history["note"]) == ("approved", "ann", "half now")
+    assert history["edited_arguments"] == {"payee": "acme", "amount": 50}
+
+
+def test_a_denied_call_is_a_result_for_the_model_and_the_run_carries_on(fleet: EmbeddedFleet) -> None:
+    run_id = start(fleet, ["p", "pay", {"payee": "mallory", "amount": 900}])
+    waiting(fleet, run_id)
+    answer(fleet, run_id, "p", decision="deny", by="bob", note="unknown payee")
+    result = wait_for_run(fleet.store, run_id, timeout=30).result
+    assert result is not None and result["status"] == "succeeded"
+    [seen] = result["output"]["seen"]
+    assert seen["error_code"] == ErrorCode.APPROVAL_DENIED and "bob denied pay: unknown payee" in seen["message"]
+    assert ledger(fleet, run_id) == []
+
+
+def test_an_unanswered_request_expires_as_a_denial_of_its_own(fleet: EmbeddedFleet) -> None:
+    run_id = start(fleet, ["s", "pay_soon", {"payee": "acme", "amount": 5}])
+    result = wait_for_run(fleet.store, run_id, timeout=30).result
+    assert result is not None
+    [seen] = result["output"]["seen"]
+    assert seen["error_code"] == ErrorCode.APPROVAL_EXPIRED
+    [history] = fleet.store.approvals_of(run_id)
+    assert history.status == "expired" and history.resolved_by and history.expires_at is not None
+    with pytest.raises(ApprovalRefused, match="already expired"):
+        answer(fleet, run_id, "s")
+
+
+def test_rules_deny_outright_or_ask_and_other_calls_of_the_iteration_are_not_held_back(
+        fleet: EmbeddedFleet) -> None:
+    switch = f"open-{uuid.uuid4().hex}"
+    run_id = start(fleet, ["rm", "shell", {"command": "rm -rf /"}], ["ls", "shell", {"command": "ls"}],
+                   ["su", "shell", {"command": "sudo reboot"}], ["w", "wait_for_switch", {"name": switch}])
+    eventually(lambda: fleet.store.pending_approvals(run_id=run_id))
+    # The rm and ls calls finish, the wait_for_switch call is still running: the run executes, not waits.
+    eventually(lambda: {s["call_id"] for s in fleet.store.steps(run_id) if s["status"] != "started"} >= {"rm", "ls"})
+    assert fleet.store.get_run(run_id).state == RunState.EXECUTING  # type: ignore[union-attr]
+    (fleet.workspace / switch).touch()  # type: ignore[attr-defined]
+    waiting(fleet, run_id)
+    [pending] = fleet.store.pending_approvals(run_id=run_id)
+    assert (pending.call_id, pending.reason) == ("su", "sudo needs a person")
+    answer(fleet, run_id, "su")
+    result = wait_for_run(fleet.store, run_id, timeout=30).result
+    assert result is not None
+    by_call = dict(zip(["ls", "rm", "su", "w"], result["output"]["seen"], strict=True))
+    assert by_call["rm"]["error_code"] == ErrorCode.PERMISSION_DENIED and "no-rm-rf" in by_call["rm"]["message"]
+    assert by_call["ls"]["output"] == {"would_run": "ls"}
+    assert by_call["su"]["output"] == {"would_run": "sudo reboot"}
+    assert by_call["w"]["output"] == {"switch": switch}
+
+
+def test_answers_to_nothing_or_to_an_ended_run_are_refused(fleet: EmbeddedFleet) -> None:
+    with pytest.raises(ApprovalRefused) as unknown:
+        answer(fleet, "no-such-run", "p")
+    assert unknown.value.code == ErrorCode.UNKNOWN_APPROVAL
+    run_id = start(fleet, ["p", "pay", {"payee": "acme", "amount": 1}])
+    waiting(fleet, run_id)
+    cancel = Envelope.new(EventType.RUN_CANCEL_REQUESTED, run_id, RunCancelRequested(reason="changed my mind"),
+                          trace_id="t")
+    fleet.runtime.publisher.publish([cancel])
+    assert wait_for_run(fleet.store, run_id).state == RunState.CANCELLED
+    assert fleet.store.pending_approvals(run_id=run_id) == []
+    with pytest.raises(ApprovalRefused, match="has ended"):
+        answer(fleet, run_id, "p")
+    assert ledger(fleet, run_id) == []
+
+
+def test_the_bundled_example_pauses_and_an_approval_resumes_it(tmp_path: Path) -> None:
+    settings = Settings(workspace=tmp_path, embedded_database_url=f"sqlite:///{tmp_path}/db.sqlite",
+                        approval_poll_s=0.1, agents="agentfleet.examples.refunds")
+    with EmbeddedFleet(settings) as fleet:
+        small = fleet.submit({"agent": "refunds", "input": {"order_id": "A-1", "amount_usd": 10}})
+        assert wait_for_run(fleet.store, small).result["output"]["refunded_usd"] == 10  # type: ignore[index]
+        big = fleet.submit({"agent": "refunds", "input": {"order_id": "A-2", "amount_usd": 80}})
+        waiting(fleet, big)
+        resolve(fleet.runtime, ApprovalResolve(run_id=big, call_id="refund", decision="approve"), "ann",
+                publish=False)
+        output = wait_for_run(fleet.store, big).result["output"]  # type: ignore[index]
+        assert output["refunded_usd"] == 80
+    assert len((tmp_path / ".agentfleet" / "refunds.jsonl").read_text().splitlines()) == 2
