@@ -15,6 +15,7 @@ from agentfleet.errors import (
 )
 from agentfleet.events.contracts import Goal, Result, ResultStatus
 from agentfleet.harness.health import HealthCheck, health_check
+from agentfleet.harness.policy import ApprovalRule
 from agentfleet.harness.tool import Tool, ToolContext, tool
 from agentfleet.loop.budgets import Limits
 from agentfleet.loop.transcript import Message, ModelTurn, ToolCall, ToolResult, Usage
@@ -27,6 +28,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Agent",
     "AgentfleetError",
+    "ApprovalRule",
     "ErrorCode",
     "Goal",
     "GoalRejected",

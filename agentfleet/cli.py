@@ -168,17 +168,27 @@ def _runtime(settings: Settings) -> Any:
     return runtime_for(create_app(settings))
 
 
+EmbeddedOpt = Annotated[bool, typer.Option("--embedded", help="A run of `agentfleet run` (the embedded fleet's "
+                                                           "SQLite database in this directory)")]
+
+
+def _settings(embedded: bool) -> Settings:
+    settings = get_settings()
+    return settings.with_profile("embedded") if embedded else settings
+
+
 @app.command()
 def status(
     run_id: Annotated[str, typer.Argument(help="Run id")],
+    embedded: EmbeddedOpt = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON")] = False,
 ) -> None:
-    """Show a run's state, usage and steps from its checkpoint, and whether it looks stuck."""
+    """Show a run's state, usage, steps and approvals from its checkpoint, and whether it looks stuck."""
     from agentfleet.store.repository import now
     from agentfleet.tasks.sweeper import Action, assess, queue_depths
     from agentfleet.workers.progress import describe_run
 
-    rt = _runtime(get_settings())
+    rt = _runtime(_settings(embedded))
     described = describe_run(rt.store, run_id)
     if described is None:
         err.print(f"no run {run_id}")
@@ -252,14 +262,7 @@ def cancel(
     out.print(f"cancel requested for {run_id}")
 
 
-EmbeddedOpt = Annotated[bool, typer.Option("--embedded", help="Answer a run of `agentfleet run` (the embedded "
-                                                           "fleet's SQLite database in this directory)")]
 AsOpt = Annotated[str | None, typer.Option("--as", help="Who answers (default: your OS user name)")]
-
-
-def _approvals_runtime(embedded: bool) -> Any:
-    settings = get_settings()
-    return _runtime(settings.with_profile("embedded") if embedded else settings)
 
 
 @app.command()
@@ -269,7 +272,7 @@ def approvals(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON")] = False,
 ) -> None:
     """Tool calls waiting for a person's answer, oldest first (arguments with secrets masked)."""
-    rt = _approvals_runtime(embedded)
+    rt = _runtime(_settings(embedded))
     pending = rt.store.pending_approvals(run_id=run_id)
     if as_json:
         print(json.dumps([r.summary() for r in pending], default=str))
@@ -295,7 +298,7 @@ def _answer_approval(run_id: str, call_id: str, decision: str, note: str | None,
     from agentfleet.events.contracts import ApprovalAnswer, ApprovalResolve
     from agentfleet.tasks.approvals import resolve
 
-    rt = _approvals_runtime(embedded)
+    rt = _runtime(_settings(embedded))
     who = by or getpass.getuser()
     edited = _json_arg(arguments, "--arguments") if arguments is not None else None
     answer = ApprovalResolve(run_id=run_id, call_id=call_id, decision=decision, note=note,  # type: ignore[arg-type]

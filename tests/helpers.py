@@ -61,13 +61,14 @@ class AmqpClient:
         self.reply_queue = self.channel.queue_declare(queue="", exclusive=True).method.queue
 
     def publish_goal(self, namespace: str, routing_key: str, body: bytes | dict[str, Any],
-                     correlation_id: str | None = None) -> str:
+                     correlation_id: str | None = None, **properties: Any) -> str:
+        """Publish to the inbox (a goal, or any plain-JSON message) with a reply address; the correlation id."""
         correlation_id = correlation_id or uuid.uuid4().hex
         data = body if isinstance(body, bytes) else json.dumps(body).encode()
         self.channel.basic_publish(
             exchange=f"{namespace}.inbox", routing_key=routing_key, body=data,
             properties=pika.BasicProperties(content_type="application/json", reply_to=self.reply_queue,
-                                            correlation_id=correlation_id, delivery_mode=2),
+                                            correlation_id=correlation_id, delivery_mode=2, **properties),
         )
         return correlation_id
 

@@ -255,7 +255,9 @@ def test_answers_to_nothing_or_to_an_ended_run_are_refused(fleet: EmbeddedFleet)
     assert ledger(fleet, run_id) == []
 
 
-def test_the_bundled_example_pauses_and_an_approval_resumes_it(tmp_path: Path) -> None:
+def test_the_bundled_example_pauses_and_an_approval_resumes_it(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AGENTFLEET_WORKSPACE", str(tmp_path))  # the fixture agents' checks write there too
     settings = Settings(workspace=tmp_path, embedded_database_url=f"sqlite:///{tmp_path}/db.sqlite",
                         approval_poll_s=0.1, agents="agentfleet.examples.refunds")
     with EmbeddedFleet(settings) as fleet:
@@ -268,3 +270,30 @@ def test_the_bundled_example_pauses_and_an_approval_resumes_it(tmp_path: Path) -
         output = wait_for_run(fleet.store, big).result["output"]  # type: ignore[index]
         assert output["refunded_usd"] == 80
     assert len((tmp_path / ".agentfleet" / "refunds.jsonl").read_text().splitlines()) == 2
+
+
+def test_the_cli_lists_answers_and_refuses_beside_an_embedded_fleet(fleet: EmbeddedFleet) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from agentfleet.cli import app
+
+    cli = CliRunner()
+    run_id = start(fleet, ["p", "pay", {"payee": "acme", "amount": 3, "token": "t0ken"}])
+    waiting(fleet, run_id)
+    listed = cli.invoke(app, ["approvals", "--embedded", "--json", "--run", run_id])
+    assert listed.exit_code == 0, listed.output
+    [pending] = json.loads(listed.stdout)
+    assert (pending["call_id"], pending["tool"], pending["shown"]["token"]) == ("p", "pay", "***")
+    bad = cli.invoke(app, ["approve", run_id, "p", "--embedded", "--arguments", '{"payee": "acme"}', "--json"])
+    assert bad.exit_code == 1 and json.loads(bad.stdout)["error_code"] == ErrorCode.INVALID_ARGUMENTS
+    ok = cli.invoke(app, ["approve", run_id, "p", "--embedded", "--as", "dave", "--note", "fine", "--json"])
+    assert ok.exit_code == 0, ok.output
+    assert json.loads(ok.stdout)["decision"] == "approved"
+    late = cli.invoke(app, ["deny", run_id, "p", "--embedded", "--reason", "too late", "--json"])
+    assert late.exit_code == 1 and json.loads(late.stdout)["error_code"] == ErrorCode.APPROVAL_NOT_PENDING
+    assert wait_for_run(fleet.store, run_id).result["status"] == "succeeded"  # type: ignore[index]
+    status = cli.invoke(app, ["status", run_id, "--embedded", "--json"])
+    [history] = json.loads(status.stdout)["approvals"]
+    assert (history["status"], history["resolved_by"], history["note"]) == ("approved", "dave", "fine")

@@ -1,7 +1,8 @@
 import agentfleet
 
 PINNED = [
-    "Agent", "AgentfleetError", "ErrorCode", "Goal", "GoalRejected", "HealthCheck", "Limits", "Message", "Model",
+    "Agent", "AgentfleetError", "ApprovalRule", "ErrorCode", "Goal", "GoalRejected", "HealthCheck", "Limits",
+    "Message", "Model",
     "ModelError", "ModelRequest", "ModelTurn", "ReplayModel", "Result", "ResultStatus", "ScriptedModel", "Settings",
     "Tool", "ToolCall", "ToolContext", "ToolError", "ToolResult", "TransientToolError", "Usage", "__version__",
     "health_check", "tool",

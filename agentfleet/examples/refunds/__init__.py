@@ -24,13 +24,7 @@ from typing import Annotated
 
 from pydantic import Field
 
-from agentfleet.config.agents import Agent
-from agentfleet.harness.policy import ApprovalRule
-from agentfleet.harness.tool import ToolContext, tool
-from agentfleet.loop.budgets import Limits
-from agentfleet.loop.transcript import ModelTurn, ToolCall
-from agentfleet.models.base import ModelRequest
-from agentfleet.models.scripted import ScriptedModel
+from agentfleet import Agent, ApprovalRule, Limits, ModelRequest, ModelTurn, ScriptedModel, ToolCall, ToolContext, tool
 
 LEDGER = ".agentfleet/refunds.jsonl"
 Amount = Annotated[float, Field(gt=0, le=10_000, description="US dollars")]
