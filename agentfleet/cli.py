@@ -194,7 +194,8 @@ def status(
         err.print(f"no run {run_id}")
         raise typer.Exit(2)
     run = rt.store.get_run(run_id)
-    assessed = assess(rt, run, now(), queue_depths(rt)) if run is not None else None
+    ready = {} if rt.settings.embedded else queue_depths(rt)  # an embedded fleet's queues live in its process
+    assessed = assess(rt, run, now(), ready) if run is not None else None
     stuck = None
     if assessed is not None and assessed[1].action != Action.WAIT:
         stuck = {"quiet_s": round(assessed[0], 1), "action": assessed[1].action.value, "reason": assessed[1].reason}
@@ -485,7 +486,7 @@ def schema() -> None:
 @app.command()
 def bench(
     suite: Annotated[str | None, typer.Argument(help="overhead | throughput | recovery | growth | in_flight | "
-                                                     "profile (default: all)")] = None,
+                                                     "approvals | profile (default: all)")] = None,
     quick: Annotated[bool, typer.Option("--quick", help="Small sizes, for development")] = False,
     output: Annotated[str, typer.Option(help="Where to write the figures as JSON")] = "benchmarks/results/latest.json",
 ) -> None:

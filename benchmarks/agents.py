@@ -15,6 +15,7 @@ LOOP_GOAL = {
         "turn_chars": {"type": "integer", "minimum": 0},
         "nap_s": {"type": "number", "minimum": 0},
         "hold": {"type": "boolean"},
+        "gated": {"type": "boolean"},
     },
     "required": ["iterations"],
 }
@@ -46,6 +47,12 @@ def hold(ctx: ToolContext, step: int = 0) -> dict:
     return {"held": step}
 
 
+@tool(requires_approval=True)
+def gated(step: int = 0) -> dict:
+    """A call a person approves first (the approvals benchmark parks runs on it)."""
+    return {"approved": step}
+
+
 class LoopModel:
     """Answers instantly: a tool call per iteration (with ``turn_chars`` of text), then a final answer."""
 
@@ -64,6 +71,8 @@ class LoopModel:
         step = request.iteration
         if goal.get("hold"):
             call = ToolCall(id="n", name="hold", arguments={"step": step})
+        elif goal.get("gated"):
+            call = ToolCall(id="n", name="gated", arguments={"step": step})
         elif goal.get("nap_s"):
             call = ToolCall(id="n", name="nap", arguments={"seconds": goal["nap_s"], "step": step})
         else:
@@ -77,6 +86,6 @@ bench_loop = Agent(
     model=LoopModel(),
     goal_schema=LOOP_GOAL,
     result_schema=LOOP_RESULT,
-    tools=[noop, nap, hold],
+    tools=[noop, nap, hold, gated],
     limits=Limits(max_steps=10_000, max_tokens=10**12, max_cost_usd=10**6, deadline_s=10**6),
 )

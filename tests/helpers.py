@@ -13,9 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import pika
+import pytest
 from sqlalchemy import text
 
+from agentfleet.config.settings import get_settings
 from agentfleet.store.repository import RunRecord, Store, lock_id
+from agentfleet.workers.embedded import EmbeddedFleet
 from agentfleet.workers.progress import wait_for_end
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,6 +46,24 @@ def tool_started(workspace: Path, timeout: float = 30.0) -> Path:
             return marker
         time.sleep(0.05)
     raise TimeoutError(f"no tool call started within {timeout}s")
+
+
+@contextmanager
+def embedded_fleet(workspace: Path, agents: str, **env: str) -> Iterator[EmbeddedFleet]:
+    """An embedded fleet loading ``agents``, its SQLite database and workspace in ``workspace`` (``AGENTFLEET_*``
+    variables in ``env`` too); ``.workspace`` on it says where."""
+    mp = pytest.MonkeyPatch()
+    for key, value in {"AGENTFLEET_AGENTS": agents, "AGENTFLEET_WORKSPACE": str(workspace),
+                       "AGENTFLEET_EMBEDDED_DATABASE_URL": f"sqlite:///{workspace}/fleet.db", **env}.items():
+        mp.setenv(key, value)
+    get_settings.cache_clear()
+    try:
+        with EmbeddedFleet(get_settings()) as running:
+            running.workspace = workspace  # type: ignore[attr-defined]
+            yield running
+    finally:
+        mp.undo()
+        get_settings.cache_clear()
 
 
 def wait_for_run(store: Store, run_id: str, timeout: float = 60.0) -> RunRecord:

@@ -37,6 +37,15 @@ NEXT_CONSUMER: dict[RunState, str] = {
 }
 
 
+WAITS: frozenset[RunState] = frozenset({RunState.WAITING_APPROVAL, RunState.WAITING_CHILDREN})
+
+
+def waiting_within_deadline(state: RunState, elapsed_s: float, deadline_s: float, grace_s: float) -> bool:
+    """A run that waits on people or children, not yet past its deadline: there is nothing to re-drive,
+    so the sweeper need not read its steps (a thousand parked runs would cost it four queries each)."""
+    return state in WAITS and elapsed_s <= deadline_s + grace_s
+
+
 def waiting_in_line(state: RunState, ready: dict[str, int]) -> int:
     """How many messages wait, ready, in the queue the run's next event goes to. A run whose event
     may simply be behind them is waiting its turn, not stalled: re-driving it would only add copies."""
@@ -65,7 +74,7 @@ def plan_redrive(*, state: RunState, iteration: int, elapsed_s: float, deadline_
         return Redrive(Action.EXPIRE, f"ran {elapsed_s:.0f}s, past its deadline of {deadline_s:g}s, and is stalled")
     if state == RunState.PENDING or (state == RunState.PLANNING and iteration == 0):
         return Redrive(Action.RESUBMIT, "its first plan was never made")
-    if state in (RunState.WAITING_APPROVAL, RunState.WAITING_CHILDREN):
+    if state in WAITS:
         return Redrive(Action.WAIT, f"{state.value.lower()} (a wait, not a stall)")
     wanted = {
         RunState.PLANNING: ("observation.recorded", iteration - 1),

@@ -21,6 +21,7 @@ from sqlalchemy import Connection, Engine, Text, cast, func, select, text, updat
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
+from agentfleet.harness.redaction import redact
 from agentfleet.loop.states import TERMINAL, RunState, can_transition
 from agentfleet.loop.transcript import MESSAGES, Message, Usage
 from agentfleet.store import tables as T
@@ -127,10 +128,12 @@ class ApprovalRecord:
         return self.status == APPROVAL_PENDING
 
     def summary(self) -> dict[str, Any]:
-        """What people see (the arguments with secrets masked)."""
+        """What people see: the arguments (and any edits) with secrets masked."""
         data = dataclasses.asdict(self)
         for key in ("arguments", "args_schema", "request"):
             data.pop(key)
+        if self.edited_arguments is not None:
+            data["edited_arguments"] = redact(self.edited_arguments, self.args_schema)
         return data
 
 
@@ -521,9 +524,10 @@ class Store:
 
     def unapplied_approvals(self, before: datetime, limit: int = 200) -> list[tuple[ApprovalRecord, str]]:
         """Answers the observer has not acted on since ``before``, with their run's trace id."""
+        live = T.runs.c.state.notin_([s.value for s in TERMINAL])  # an ended run has nothing to apply it to
         stmt = (select(T.approvals, T.runs.c.trace_id).join(T.runs, T.runs.c.run_id == T.approvals.c.run_id)
                 .where(T.approvals.c.status != APPROVAL_PENDING, T.approvals.c.applied_at.is_(None),
-                       T.approvals.c.resolved_at <= before)
+                       T.approvals.c.resolved_at <= before, live)
                 .order_by(T.approvals.c.resolved_at).limit(limit))
         with self.engine.connect() as conn:
             return [(ApprovalRecord.from_row(r), r.trace_id) for r in conn.execute(stmt).all()]

@@ -15,7 +15,7 @@ from agentfleet.constants import SWEEP_BATCH, SWEEP_PAGE
 from agentfleet.errors import RECOVERY_SUGGESTIONS, ErrorCode
 from agentfleet.events.contracts import ResultStatus
 from agentfleet.events.envelope import Envelope, EventType, GoalSubmitted, decode
-from agentfleet.loop.recovery import Action, Redrive, plan_redrive, waiting_in_line
+from agentfleet.loop.recovery import Action, Redrive, plan_redrive, waiting_in_line, waiting_within_deadline
 from agentfleet.loop.states import RunState, is_terminal
 from agentfleet.store.repository import RunRecord, now
 from agentfleet.tasks.base import ended_event, result_of
@@ -55,17 +55,20 @@ def queue_depths(rt: Runtime) -> dict[str, int]:
 
 def assess(rt: Runtime, run: RunRecord, at: datetime, ready: dict[str, int]) -> tuple[float, Redrive] | None:
     """How long the run has been quiet and what to do, or None while it shows signs of life or waits its turn."""
-    if waiting_in_line(run.state, ready):
-        return None  # checked first: no query per run while a queue has a backlog
+    limits = run.limits or {}
+    deadline_s = float(limits.get("deadline_s", float("inf")))
+    elapsed_s = (at - run.created_at).total_seconds()
+    if waiting_in_line(run.state, ready) or waiting_within_deadline(run.state, elapsed_s, deadline_s,
+                                                                    rt.settings.stall_after_s):
+        return None  # checked first: no query per run while a queue has a backlog, or while it waits
     quiet = (at - rt.store.last_activity(run)).total_seconds()
     if quiet < rt.settings.stall_after_s:
         return None
     live = not is_terminal(run.state)
     in_flight = live and any(rt.store.step_held(k) for k in rt.store.open_steps(run.run_id))
     owes = not live and bool(rt.store.pending_replies(run.run_id))
-    limits = run.limits or {}
-    plan = plan_redrive(state=run.state, iteration=run.iteration, elapsed_s=(at - run.created_at).total_seconds(),
-                        deadline_s=float(limits.get("deadline_s", float("inf"))), grace_s=rt.settings.stall_after_s,
+    plan = plan_redrive(state=run.state, iteration=run.iteration, elapsed_s=elapsed_s, deadline_s=deadline_s,
+                        grace_s=rt.settings.stall_after_s,
                         in_flight=in_flight, owes_result=owes, stored=rt.store.stored_events(run.run_id))
     return quiet, plan
 

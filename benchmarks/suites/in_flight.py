@@ -60,12 +60,18 @@ def run(sizes: Sizes, report: Report) -> None:
     report.add(SUITE, "parked_runs", parked)
     report.add(SUITE, "seconds_to_park", round(park_s, 1), f"{park_s:.1f} s ({parked / park_s:.0f} runs/s)")
     report.add(SUITE, "tool_requests_waiting_in_rabbitmq", in_queue)
+    add_parked_figures(report, SUITE, rss, db, halves)
+
+
+def add_parked_figures(report: Report, suite: str, rss: list[dict[str, int]], db: list[int],
+                       halves: tuple[int, int]) -> None:
+    """Worker memory and database size before, after the first half and after all were parked."""
     for role in ONE_EACH:
         mib = [round(r[role] / MIB, 1) for r in rss]
         second = (rss[2][role] - rss[1][role]) / max(1, halves[1])
-        report.add(SUITE, f"{role}_rss_mib_before_half_all", mib,
+        report.add(suite, f"{role}_rss_mib_before_half_all", mib,
                    f"{' → '.join(f'{m:.1f}' for m in mib)} MiB ({second:+,.0f} B per run parked in the second half)")
-    per_run = (db[2] - db[0]) / parked
-    report.add(SUITE, "database_mib_before_half_all", [round(d / MIB, 1) for d in db],
+    per_run = (db[2] - db[0]) / sum(halves)
+    report.add(suite, "database_mib_before_half_all", [round(d / MIB, 1) for d in db],
                f"{' → '.join(f'{d / MIB:.1f}' for d in db)} MiB ({per_run:,.0f} B per parked run)")
-    report.add(SUITE, "database_bytes_per_parked_run", round(per_run))
+    report.add(suite, "database_bytes_per_parked_run", round(per_run))

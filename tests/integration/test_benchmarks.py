@@ -7,7 +7,7 @@ import pytest
 from tests.conftest import require
 
 
-@pytest.mark.parametrize("suite", ["overhead", "throughput", "recovery", "growth", "in_flight", "profile"])
+@pytest.mark.parametrize("suite", ["overhead", "throughput", "recovery", "growth", "in_flight", "approvals", "profile"])
 def test_each_benchmark_suite_runs_on_a_tiny_size(suite: str) -> None:
     require("rabbitmq", "postgres", "redis")
     from benchmarks import run as bench
@@ -27,6 +27,9 @@ def test_each_benchmark_suite_runs_on_a_tiny_size(suite: str) -> None:
         assert figures["kills"] == 1
     if suite == "in_flight":
         assert figures["parked_runs"] == sizes.parked_runs
+    if suite == "approvals":
+        assert figures["parked_runs"] == sizes.approval_runs
+        assert figures["runs_ended_after_approval"] == sizes.approval_runs
     if suite == "profile":
         assert all(figures[f"{role}_cpu_by_package"] for role in ("planner", "executor", "observer"))
 

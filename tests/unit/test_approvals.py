@@ -5,14 +5,13 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from pydantic import SecretStr
 
 from agentfleet import Agent, ScriptedModel, tool
-from agentfleet.config.settings import Settings, get_settings
+from agentfleet.config.settings import Settings
 from agentfleet.errors import ApprovalRefused, ConfigurationError, ErrorCode
 from agentfleet.events.contracts import ApprovalResolve
 from agentfleet.events.envelope import Envelope, EventType, RunCancelRequested
@@ -23,7 +22,7 @@ from agentfleet.loop.states import RunState
 from agentfleet.tasks.approvals import resolve
 from agentfleet.workers.embedded import EmbeddedFleet
 from agentfleet.workers.progress import describe_run
-from tests.helpers import wait_for_run
+from tests.helpers import embedded_fleet, wait_for_run
 
 # -- the policy ------------------------------------------------------------------------------------
 
@@ -120,18 +119,9 @@ def test_a_run_waits_only_when_every_call_still_out_is_parked() -> None:
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedFleet]:
-    workspace = tmp_path_factory.mktemp("ws")
-    mp = pytest.MonkeyPatch()
-    mp.setenv("AGENTFLEET_AGENTS", "tests.fixtures.agents")
-    mp.setenv("AGENTFLEET_WORKSPACE", str(workspace))
-    mp.setenv("AGENTFLEET_EMBEDDED_DATABASE_URL", f"sqlite:///{workspace}/fleet.db")
-    mp.setenv("AGENTFLEET_APPROVAL_POLL_S", "0.1")
-    get_settings.cache_clear()
-    with EmbeddedFleet(get_settings()) as running:
-        running.workspace = workspace  # type: ignore[attr-defined]
+    with embedded_fleet(tmp_path_factory.mktemp("ws"), "tests.fixtures.agents",
+                        AGENTFLEET_APPROVAL_POLL_S="0.1") as running:
         yield running
-    mp.undo()
-    get_settings.cache_clear()
 
 
 @pytest.fixture(autouse=True)
@@ -255,21 +245,18 @@ def test_answers_to_nothing_or_to_an_ended_run_are_refused(fleet: EmbeddedFleet)
     assert ledger(fleet, run_id) == []
 
 
-def test_the_bundled_example_pauses_and_an_approval_resumes_it(tmp_path: Path,
-                                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("AGENTFLEET_WORKSPACE", str(tmp_path))  # the fixture agents' checks write there too
-    settings = Settings(workspace=tmp_path, embedded_database_url=f"sqlite:///{tmp_path}/db.sqlite",
-                        approval_poll_s=0.1, agents="agentfleet.examples.refunds")
-    with EmbeddedFleet(settings) as fleet:
-        small = fleet.submit({"agent": "refunds", "input": {"order_id": "A-1", "amount_usd": 10}})
-        assert wait_for_run(fleet.store, small).result["output"]["refunded_usd"] == 10  # type: ignore[index]
-        big = fleet.submit({"agent": "refunds", "input": {"order_id": "A-2", "amount_usd": 80}})
-        waiting(fleet, big)
-        resolve(fleet.runtime, ApprovalResolve(run_id=big, call_id="refund", decision="approve"), "ann",
-                publish=False)
-        output = wait_for_run(fleet.store, big).result["output"]  # type: ignore[index]
-        assert output["refunded_usd"] == 80
-    assert len((tmp_path / ".agentfleet" / "refunds.jsonl").read_text().splitlines()) == 2
+def test_the_bundled_example_pauses_and_an_approval_resumes_it(fleet: EmbeddedFleet) -> None:
+    # One embedded fleet per process: stopping a second would stop this module's (Celery's stop flag is global).
+    import agentfleet.examples.refunds  # noqa: F401  (registers the agent with the running fleet)
+
+    small = fleet.submit({"agent": "refunds", "input": {"order_id": "A-1", "amount_usd": 10}})
+    assert wait_for_run(fleet.store, small).result["output"]["refunded_usd"] == 10  # type: ignore[index]
+    big = fleet.submit({"agent": "refunds", "input": {"order_id": "A-2", "amount_usd": 80}})
+    waiting(fleet, big)
+    answer(fleet, big, "refund")
+    assert wait_for_run(fleet.store, big).result["output"]["refunded_usd"] == 80  # type: ignore[index]
+    ledger = fleet.workspace / ".agentfleet" / "refunds.jsonl"  # type: ignore[attr-defined]
+    assert [line.count("A-") for line in ledger.read_text().splitlines()] == [1, 1]
 
 
 def test_the_cli_lists_answers_and_refuses_beside_an_embedded_fleet(fleet: EmbeddedFleet) -> None:
@@ -297,3 +284,25 @@ def test_the_cli_lists_answers_and_refuses_beside_an_embedded_fleet(fleet: Embed
     status = cli.invoke(app, ["status", run_id, "--embedded", "--json"])
     [history] = json.loads(status.stdout)["approvals"]
     assert (history["status"], history["resolved_by"], history["note"]) == ("approved", "dave", "fine")
+
+
+def test_a_run_left_waiting_past_its_deadline_is_ended_by_the_sweeper(fleet: EmbeddedFleet) -> None:
+    from datetime import timedelta
+
+    from agentfleet.loop.recovery import Action, waiting_within_deadline
+    from agentfleet.store.repository import now
+    from agentfleet.tasks.sweeper import sweep
+
+    assert waiting_within_deadline(RunState.WAITING_APPROVAL, 100, 600, 120)
+    assert not waiting_within_deadline(RunState.WAITING_APPROVAL, 721, 600, 120)
+    assert not waiting_within_deadline(RunState.EXECUTING, 1, 600, 120)
+    run_id = fleet.submit({"agent": "payer", "input": {"calls": [["p", "pay", {"payee": "x", "amount": 2}]]},
+                           "limits": {"deadline_s": 5}})
+    waiting(fleet, run_id)
+    assert not sweep(fleet.runtime)  # waiting within its deadline: nothing to do
+    findings = sweep(fleet.runtime, at=now() + timedelta(seconds=fleet.runtime.settings.stall_after_s + 60))
+    assert [(f.run_id, f.action) for f in findings or []] == [(run_id, Action.EXPIRE)]
+    result = wait_for_run(fleet.store, run_id).result
+    assert result is not None and result["error_code"] == ErrorCode.DEADLINE
+    with pytest.raises(ApprovalRefused, match="has ended"):
+        answer(fleet, run_id, "p")

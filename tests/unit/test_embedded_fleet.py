@@ -7,11 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from agentfleet.config.settings import get_settings
 from agentfleet.errors import ErrorCode, GoalRejected
 from agentfleet.loop.states import RunState
 from agentfleet.workers.embedded import EmbeddedFleet
-from tests.helpers import wait_for_run
+from tests.helpers import embedded_fleet, wait_for_run
 
 
 @pytest.fixture(scope="module")
@@ -20,16 +19,8 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedFleet]:
     (workspace / "src").mkdir()
     (workspace / "src" / "main.py").write_text("print('hi')\n" * 7)
     (workspace / "README.md").write_text("# demo\n")
-    mp = pytest.MonkeyPatch()
-    mp.setenv("AGENTFLEET_AGENTS", "agentfleet.examples.repo_report,tests.fixtures.agents")
-    mp.setenv("AGENTFLEET_WORKSPACE", str(workspace))
-    mp.setenv("AGENTFLEET_EMBEDDED_DATABASE_URL", f"sqlite:///{workspace}/fleet.db")
-    get_settings.cache_clear()
-    with EmbeddedFleet(get_settings()) as running:
-        running.workspace = workspace  # type: ignore[attr-defined]
+    with embedded_fleet(workspace, "agentfleet.examples.repo_report,tests.fixtures.agents") as running:
         yield running
-    mp.undo()
-    get_settings.cache_clear()
 
 
 @pytest.fixture(autouse=True)
