@@ -100,7 +100,6 @@ REDIS_SOCKET_TIMEOUT_S: Final = 0.5
 # Approvals: how often observers expire unanswered requests and apply answers whose event was lost
 # (or that the CLI wrote beside an embedded fleet, which has no broker another process can reach).
 APPROVAL_POLL_S: Final = 1.0
-APPROVAL_APPLY_GRACE_S: Final = 1.0  # an answer's own event gets this long before the timer sends one
 # Arguments masked wherever people or other systems see them (approval requests, the CLI).
 SECRET_NAME: Final = (r"(?i)(pass(word|wd|phrase)?|secret|token|api[_-]?key|authori[sz]ation|credential"
                       r"|private[_-]?key|cookie)")

@@ -154,6 +154,7 @@ approvals = Table(
     Column("resolved_by", String(255)),
     Column("note", String(2000)),  # the approver's note or the denial's reason
     Column("edited_arguments", JSON),
+    Column("sent_at", Ts),  # approval.resolved was last published (null: not yet, the timer sends it)
     Column("applied_at", Ts),  # the observer has sent the call on (or found its run ended)
     Index("ix_approvals_run_call", "run_id", "call_id"),
     Index("ix_approvals_status", "status", "requested_at"),

@@ -306,3 +306,29 @@ def test_a_run_left_waiting_past_its_deadline_is_ended_by_the_sweeper(fleet: Emb
     assert result is not None and result["error_code"] == ErrorCode.DEADLINE
     with pytest.raises(ApprovalRefused, match="has ended"):
         answer(fleet, run_id, "p")
+
+
+def test_an_answer_whose_event_could_not_be_published_is_sent_by_the_timer(
+        fleet: EmbeddedFleet, monkeypatch: pytest.MonkeyPatch) -> None:
+    run_id = start(fleet, ["p", "pay", {"payee": "acme", "amount": 4}])
+    waiting(fleet, run_id)
+    publisher = fleet.runtime.publisher
+    real = publisher.publish
+
+    def broker_down(envelopes: Any) -> None:
+        envelopes = list(envelopes)
+        if any(e.type == EventType.APPROVAL_RESOLVED for e in envelopes):
+            raise ConnectionError("broker away")
+        real(envelopes)
+
+    monkeypatch.setattr(publisher, "publish", broker_down)
+    accepted = resolve(fleet.runtime, ApprovalResolve(run_id=run_id, call_id="p", decision="approve"), "ann")
+    assert accepted.status == "accepted"  # recorded: the answer is not lost with the publish
+    [record] = fleet.store.approvals_of(run_id)
+    assert record.status == "approved" and record.sent_at is None and record.applied_at is None
+    monkeypatch.setattr(publisher, "publish", real)
+    result = wait_for_run(fleet.store, run_id).result
+    assert result is not None and result["output"]["seen"] == [{"ok": True, "output": {"paid": "acme", "amount": 4}}]
+    [record] = fleet.store.approvals_of(run_id)
+    assert record.sent_at is not None and record.applied_at is not None
+    assert [line.split(":")[:3] for line in ledger(fleet, run_id)] == [["pay", "acme", "4"]]

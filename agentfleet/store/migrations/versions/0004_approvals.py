@@ -37,6 +37,7 @@ def upgrade() -> None:
         sa.Column("resolved_by", sa.String(255)),
         sa.Column("note", sa.String(2000)),
         sa.Column("edited_arguments", sa.JSON),
+        sa.Column("sent_at", ts),
         sa.Column("applied_at", ts),
     )
     op.create_index("ix_approvals_run_call", "approvals", ["run_id", "call_id"])
