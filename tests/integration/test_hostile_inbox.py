@@ -19,6 +19,8 @@ from tests.helpers import AmqpClient
 GOOD = {"agent": "repo_report", "input": {"path": "."}}
 MAX_BYTES = 64 * 1024
 E = ErrorCode
+R = C.APPROVAL_RESOLVE_ROUTING_KEY
+ANSWER = {"run_id": "no-such-run", "call_id": "c", "decision": "approve"}
 
 
 def _deep(levels: int) -> bytes:
@@ -65,6 +67,22 @@ CATALOGUE: list[tuple[str, str, bytes, dict[str, Any], ErrorCode]] = [
     ("routing key with an extra word", "goal.repo_report.extra", json.dumps(GOOD).encode(), {}, E.UNROUTABLE),
     ("routing key in capitals", "GOAL.repo_report", json.dumps(GOOD).encode(), {}, E.UNROUTABLE),
     ("routing key for another agent", "goal.troubled", json.dumps(GOOD).encode(), {}, E.MALFORMED_MESSAGE),
+    # Answers to approval requests share the inbox, its limits and its answers.
+    ("answer not json", R, b"\xff{", {}, E.MALFORMED_MESSAGE),
+    ("answer with an unknown decision", R, json.dumps({**ANSWER, "decision": "maybe"}).encode(), {},
+     E.MALFORMED_MESSAGE),
+    ("answer with a field of its own", R, json.dumps({**ANSWER, "approved": True}).encode(), {}, E.MALFORMED_MESSAGE),
+    ("answer with a numeric run id", R, json.dumps({**ANSWER, "run_id": 5}).encode(), {}, E.MALFORMED_MESSAGE),
+    ("answer with NUL in call_id", R, json.dumps({**ANSWER, "call_id": "c\u0000"}).encode(), {},
+     E.MALFORMED_MESSAGE),
+    ("answer note of 3000 characters", R, json.dumps({**ANSWER, "note": "n" * 3000}).encode(), {},
+     E.MALFORMED_MESSAGE),
+    ("answer arguments past the depth limit", R,
+     b'{"run_id": "r", "call_id": "c", "decision": "approve", "arguments": {"x": ' + b"[" * 100 + b"]" * 100 + b"}}",
+     {}, E.MALFORMED_MESSAGE),
+    ("oversized answer", R, json.dumps({**ANSWER, "arguments": {"pad": "x" * (2 * MAX_BYTES)}}).encode(), {},
+     E.MESSAGE_TOO_LARGE),
+    ("answer to nothing", R, json.dumps(ANSWER).encode(), {}, E.UNKNOWN_APPROVAL),
 ]
 
 
