@@ -101,7 +101,8 @@ class ConfigurationError(AgentfleetError):
 
 
 class GoalRejected(AgentfleetError):
-    """A goal cannot become a run (malformed, unknown agent, invalid input)."""
+    """A goal cannot become a run (malformed, unknown agent, invalid input), or another inbox message is not
+    of its shape (an answer to an approval that is not JSON, too big, too deep)."""
 
 
 class AgentNotLoaded(AgentfleetError):

@@ -108,7 +108,7 @@ def _validated(model: type[M], data: dict[str, Any], what: str) -> M:
         return model.model_validate(data)
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()[:5])
-        raise GoalRejected(f"not a {what}: {problems}", code=ErrorCode.MALFORMED_MESSAGE) from None
+        raise GoalRejected(f"not a valid {what}: {problems}", code=ErrorCode.MALFORMED_MESSAGE) from None
 
 
 class ToolHealthNotice(BaseModel):
