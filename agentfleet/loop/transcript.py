@@ -72,6 +72,8 @@ class ToolResult(BaseModel):
     retryable: bool = False  # the same call may succeed later (the tool is down now, a lock is busy)
     duration_ms: float = 0.0
     cache_hit: bool = False  # served from the read-only result cache: the tool did not run
+    # A person approved the call: who, their note, and the arguments it ran with if they edited them.
+    approval: dict[str, Any] | None = None
 
     @classmethod
     def failure(cls, code: str, message: str, hint: str | None = None, duration_ms: float = 0.0, *,
@@ -80,8 +82,11 @@ class ToolResult(BaseModel):
                    retryable=retryable)
 
     def for_model(self) -> dict[str, Any]:
+        """What the model is told. An approved call says so: a person may have changed its arguments, and
+        the model must not report what it asked for as what was done."""
         if self.ok:
-            return {"ok": True, "output": self.output}
+            told_ok = {"ok": True, "output": self.output}
+            return {**told_ok, "approval": self.approval} if self.approval else told_ok
         told = {"ok": False, "error_code": self.error_code, "message": self.message, "hint": self.hint}
         return {**told, "retryable": True} if self.retryable else told
 

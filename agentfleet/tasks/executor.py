@@ -51,6 +51,8 @@ def on_tool_requested(step: Step) -> list[Envelope]:
             result = cleared.answer
         else:
             result = _attempt(step, req, record.attempts, cleared.arguments)
+            if cleared.approval is not None:
+                result = result.model_copy(update={"approval": cleared.approval})
         finished = ToolFinished(
             agent=req.agent, iteration=req.iteration, call_id=req.call.id, tool=req.call.name,
             sibling_call_ids=req.sibling_call_ids, result=result, attempt=record.attempts, worker=step.worker,
@@ -74,6 +76,7 @@ class Cleared:
 
     arguments: dict[str, Any]
     answer: ToolResult | None = None
+    approval: dict[str, Any] | None = None  # who approved it, their note, the edited arguments
 
 
 def _policy(step: Step, req: ToolRequested) -> Cleared | list[Envelope]:
@@ -125,7 +128,9 @@ def _park(step: Step, req: ToolRequested, tool: Tool, verdict: Verdict) -> Clear
 def _answered(record: ApprovalRecord) -> Cleared:
     """A person's answer (or its expiry) as the call's fate: run it, with any edits, or tell the model no."""
     if record.status == "approved":
-        return Cleared(record.edited_arguments if record.edited_arguments is not None else record.arguments)
+        told = {"by": record.resolved_by, "note": record.note, "ran_with": record.edited_arguments}
+        return Cleared(record.edited_arguments if record.edited_arguments is not None else record.arguments,
+                       approval={k: v for k, v in told.items() if v is not None})
     if record.status == "expired":
         return Cleared(record.arguments, ToolResult.failure(
             ErrorCode.APPROVAL_EXPIRED, f"nobody answered the approval request for {record.tool} in time "

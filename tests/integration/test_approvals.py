@@ -61,7 +61,8 @@ def test_an_approval_survives_a_restart_of_every_worker_and_a_duplicated_answer_
     assert "already approved by guest" in replies[second]["message"]
     result = replies[corr]
     assert result["status"] == "succeeded", result
-    assert result["output"]["seen"] == [{"ok": True, "output": {"paid": "acme", "amount": 7}}]
+    assert result["output"]["seen"] == [{"ok": True, "output": {"paid": "acme", "amount": 7},
+                                         "approval": {"by": "guest", "note": "known vendor"}}]
     assert [line.split(":")[:3] for line in lines(tmp_path / f"ledger-{run_id}.txt")] == [["pay", "acme", "7"]]
 
     requested, resolved = notices(client, public, 2)

@@ -176,7 +176,9 @@ def test_an_approved_call_runs_once_with_the_edited_arguments_and_who_answered_i
     assert again.value.code == ErrorCode.APPROVAL_NOT_PENDING and "approved by ann" in again.value.message
     result = wait_for_run(fleet.store, run_id, timeout=30).result
     assert result is not None and result["status"] == "succeeded", result
-    assert result["output"]["seen"] == [{"ok": True, "output": {"paid": "acme", "amount": 50}}]
+    # The model is told a person approved it, and that it ran with other arguments than it asked for.
+    assert result["output"]["seen"] == [{"ok": True, "output": {"paid": "acme", "amount": 50}, "approval": {
+        "by": "ann", "note": "half now", "ran_with": {"payee": "acme", "amount": 50}}}]
     assert [line.split(":")[:3] for line in ledger(fleet, run_id)] == [["pay", "acme", "50"]]
     [history] = describe_run(fleet.store, run_id)["approvals"]  # type: ignore[index]
     assert (history["status"], history["resolved_by"], history["note"]) == ("approved", "ann", "half now")
@@ -328,7 +330,8 @@ def test_an_answer_whose_event_could_not_be_published_is_sent_by_the_timer(
     assert record.status == "approved" and record.sent_at is None and record.applied_at is None
     monkeypatch.setattr(publisher, "publish", real)
     result = wait_for_run(fleet.store, run_id).result
-    assert result is not None and result["output"]["seen"] == [{"ok": True, "output": {"paid": "acme", "amount": 4}}]
+    assert result is not None and result["output"]["seen"] == [
+        {"ok": True, "output": {"paid": "acme", "amount": 4}, "approval": {"by": "ann"}}]
     [record] = fleet.store.approvals_of(run_id)
     assert record.sent_at is not None and record.applied_at is not None
     assert [line.split(":")[:3] for line in ledger(fleet, run_id)] == [["pay", "acme", "4"]]
