@@ -356,11 +356,13 @@ def worker(
 ) -> None:
     """Start one role's Celery worker against the distributed fleet."""
     from agentfleet.workers.app import create_app
+    from agentfleet.workers.preflight import preflight
     from agentfleet.workers.roles import ROLES, worker_argv
 
     if role not in ROLES:
         raise typer.BadParameter(f"role must be one of {', '.join(ROLES)}")
     settings = get_settings()
+    preflight(settings)  # ConfigurationError: main() prints it and exits 2, before anything is consumed
     celery_app = create_app(settings)
     argv = worker_argv(ROLES[role], settings.namespace, concurrency=concurrency, pool=pool,
                        loglevel=loglevel or settings.log_level,

@@ -10,6 +10,8 @@ from typing import Any
 
 from alembic import command
 from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
 
@@ -53,6 +55,18 @@ def upgrade(url: str, revision: str = "head") -> None:
     if make_url(url).get_backend_name() == "sqlite":
         make_engine(url).dispose()  # creates the directory
     command.upgrade(alembic_config(url), revision)
+
+
+def revisions(url: str) -> tuple[str | None, str]:
+    """The database's migration revision (None: never migrated) and the one this code needs."""
+    head = ScriptDirectory.from_config(alembic_config(url)).get_current_head()
+    assert head is not None
+    engine = make_engine(url)
+    try:
+        with engine.connect() as conn:
+            return MigrationContext.configure(conn).get_current_revision(), head
+    finally:
+        engine.dispose()
 
 
 @contextmanager
