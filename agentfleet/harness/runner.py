@@ -8,6 +8,7 @@ Subprocess tools under a sandbox, which can be killed, are the harness's next st
 from __future__ import annotations
 
 import json
+import logging
 import time
 from typing import Any
 
@@ -17,6 +18,8 @@ from agentfleet.errors import ErrorCode, ToolError
 from agentfleet.harness.timeouts import call_with_timeout
 from agentfleet.harness.tool import Tool, ToolContext
 from agentfleet.loop.transcript import ToolResult
+
+log = logging.getLogger(__name__)
 
 
 def run_tool(tool: Tool, arguments: dict[str, Any], ctx: ToolContext, default_timeout_s: float) -> ToolResult:
@@ -50,13 +53,16 @@ def run_bound(tool: Tool, kwargs: dict[str, Any], ctx: ToolContext, default_time
             elapsed(),
         )
     if called.error is not None:
-        return _failure_from(called.error, tool, elapsed())
+        return _failure_from(called.error, tool, ctx, elapsed())
     return _checked_output(tool, called.value, elapsed())
 
 
-def _failure_from(exc: BaseException, tool: Tool, duration_ms: float) -> ToolResult:
+def _failure_from(exc: BaseException, tool: Tool, ctx: ToolContext, duration_ms: float) -> ToolResult:
     if isinstance(exc, ToolError):
         return ToolResult.failure(exc.code, exc.message, exc.hint, duration_ms)
+    # The model gets a line; the operator gets the traceback (with the step's run, call and trace ids).
+    log.error("tool %s raised %s", tool.name, type(exc).__name__, exc_info=exc,
+              extra={"tool": tool.name, "run_id": ctx.run_id, "call_id": ctx.call_id})
     return ToolResult.failure(
         ErrorCode.INTERNAL,
         f"{tool.name} raised {type(exc).__name__}: {exc}",

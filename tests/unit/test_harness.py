@@ -239,3 +239,20 @@ class TestWorkspaceSwap:
                 ws.read_bytes(path)
             assert info.value.code == code, path
         assert ws.read_bytes("real.txt") == b"x"
+
+
+def test_a_tool_that_raises_is_logged_with_its_traceback_and_the_model_gets_only_the_result(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    @tool
+    def explode(n: int) -> dict:
+        """Fail."""
+        raise RuntimeError(f"kaboom {n}")
+
+    with caplog.at_level("ERROR", logger="agentfleet.harness.runner"):
+        result = run_tool(explode, {"n": 7}, ctx(tmp_path), 5.0)
+    assert result.error_code == ErrorCode.INTERNAL and "kaboom 7" in (result.message or "")
+    assert "Traceback" not in json.dumps(result.for_model())
+    [record] = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert record.exc_info is not None and "kaboom 7" in str(record.exc_info[1])
+    assert "in explode" in caplog.text  # the tool's own frame, not only the harness's
+    assert (record.tool, record.run_id, record.call_id) == ("explode", "r", "c")  # type: ignore[attr-defined]
