@@ -100,6 +100,9 @@ REDIS_SOCKET_TIMEOUT_S: Final = 0.5
 # Approvals: how often observers expire unanswered requests and apply answers whose event was lost
 # (or that the CLI wrote beside an embedded fleet, which has no broker another process can reach).
 APPROVAL_POLL_S: Final = 1.0
+# An answer whose approval.resolved is not yet confirmed sent gets this long (its own publish is under
+# way) before the timer sends it; one confirmed sent is sent again only after the stall time.
+APPROVAL_SEND_GRACE_S: Final = 2.0
 # Arguments masked wherever people or other systems see them (approval requests, the CLI).
 SECRET_NAME: Final = (r"(?i)(pass(word|wd|phrase)?|secret|token|api[_-]?key|authori[sz]ation|credential"
                       r"|private[_-]?key|cookie)")

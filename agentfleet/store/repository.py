@@ -488,24 +488,19 @@ class Store:
         return ApprovalRecord.from_row(row) if row else None
 
     def resolve_approval(self, conn: Connection, approval_id: str, *, status: str, by: str, note: str | None,
-                         edited_arguments: dict[str, Any] | None, at: datetime | None = None,
-                         sending: bool = False) -> bool:
-        """Answer a pending request (compare-and-set: the first answer wins). ``sending``: the caller
-        publishes approval.resolved itself, so the timer leaves it alone unless it is lost."""
-        at = at or now()
+                         edited_arguments: dict[str, Any] | None, at: datetime | None = None) -> bool:
+        """Answer a pending request (compare-and-set: the first answer wins)."""
         return conn.execute(
             update(T.approvals)
             .where(T.approvals.c.approval_id == approval_id, T.approvals.c.status == APPROVAL_PENDING)
             .values(status=status, resolved_by=by[:255], note=(note or "")[:2000] or None,
-                    edited_arguments=edited_arguments, resolved_at=at, sent_at=at if sending else None)
+                    edited_arguments=edited_arguments, resolved_at=at or now())
         ).rowcount == 1
 
-    def mark_sent(self, approval_ids: Sequence[str], at: datetime | None) -> None:
-        """When approval.resolved was (last) published; None: it was not, send it at the next tick."""
-        if approval_ids:
-            with self.tx() as conn:
-                conn.execute(update(T.approvals).where(T.approvals.c.approval_id.in_(list(approval_ids)))
-                             .values(sent_at=at))
+    def mark_sent(self, approval_id: str, at: datetime) -> None:
+        """approval.resolved was confirmed published at ``at`` (the timer leaves it alone for a stall time)."""
+        with self.tx() as conn:
+            conn.execute(update(T.approvals).where(T.approvals.c.approval_id == approval_id).values(sent_at=at))
 
     def mark_applied(self, conn: Connection, approval_id: str) -> None:
         conn.execute(update(T.approvals).where(T.approvals.c.approval_id == approval_id).values(applied_at=now()))
@@ -533,11 +528,14 @@ class Store:
         with self.engine.connect() as conn:
             return [ApprovalRecord.from_row(r) for r in conn.execute(stmt).all()]
 
-    def unapplied_approvals(self, sent_before: datetime, limit: int = 200) -> list[tuple[ApprovalRecord, str]]:
-        """Answers the observer has not acted on, with their run's trace id: those whose approval.resolved
-        was never sent, and those sent before ``sent_before`` (lost, since: no queue is that slow)."""
+    def unapplied_approvals(self, unsent_before: datetime, sent_before: datetime, limit: int = 200
+                            ) -> list[tuple[ApprovalRecord, str]]:
+        """Answers the observer has not acted on, with their run's trace id: those answered before
+        ``unsent_before`` whose approval.resolved was never confirmed sent (the answerer died or lost the
+        broker, or had none), and those sent before ``sent_before`` (lost since: no queue is that slow)."""
         live = T.runs.c.state.notin_([s.value for s in TERMINAL])  # an ended run has nothing to apply it to
-        unsent = T.approvals.c.sent_at.is_(None) | (T.approvals.c.sent_at <= sent_before)
+        unsent = ((T.approvals.c.sent_at.is_(None) & (T.approvals.c.resolved_at <= unsent_before))
+                  | (T.approvals.c.sent_at <= sent_before))
         stmt = (select(T.approvals, T.runs.c.trace_id).join(T.runs, T.runs.c.run_id == T.approvals.c.run_id)
                 .where(T.approvals.c.status != APPROVAL_PENDING, T.approvals.c.applied_at.is_(None), unsent, live)
                 .order_by(T.approvals.c.resolved_at).limit(limit))

@@ -5,9 +5,11 @@ second gets a clear refusal), then an ``approval.resolved`` event with an id der
 from the request, so however often an answer is delivered or re-sent, the observer
 acts on it once. The row is the truth: if the event is lost (a crash between the two,
 or the CLI beside an embedded fleet, whose in-memory broker no other process can
-reach), the observers' timer finds the answer not yet acted on and sends it: at once when it
-was never sent, and again only after ``AGENTFLEET_STALL_AFTER_S`` when it was (it may simply
-wait in a long queue; re-sending every tick turned a backlog into a flood of duplicates).
+reach), the observers' timer finds the answer not yet acted on and sends it: within seconds when
+its publish was never confirmed (``sent_at`` is set only after the broker's confirm, so an
+answerer killed between its commit and its publish leaves it null), and again only after
+``AGENTFLEET_STALL_AFTER_S`` when it was (it may simply wait in a long queue; re-sending every
+tick turned a backlog into a flood of duplicates).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import logging
 from datetime import datetime, timedelta
 
+from agentfleet.constants import APPROVAL_SEND_GRACE_S
 from agentfleet.errors import ApprovalRefused, ErrorCode
 from agentfleet.events.contracts import ApprovalAnswer, ApprovalNotice, ApprovalResolve, Decision
 from agentfleet.events.envelope import ApprovalResolved, Envelope, EventType
@@ -51,7 +54,7 @@ def resolve(rt: Runtime, answer: ApprovalResolve, by: str, *, publish: bool = Tr
                 raise ApprovalRefused(f"edited arguments break {record.tool}'s schema: {'; '.join(problems)}; the "
                                       "request stays pending", code=ErrorCode.INVALID_ARGUMENTS)
         if not store.resolve_approval(conn, record.approval_id, status=decision, by=by, note=answer.note,
-                                      edited_arguments=answer.arguments, sending=publish):
+                                      edited_arguments=answer.arguments):
             raise ApprovalRefused("answered by someone else a moment ago", code=ErrorCode.APPROVAL_NOT_PENDING)
         trace_id = run.trace_id if run else record.run_id
     if publish:
@@ -80,16 +83,14 @@ def resolution_event(record: ApprovalRecord, decision: Decision, trace_id: str) 
 
 
 def _send(rt: Runtime, record: ApprovalRecord, decision: Decision, trace_id: str) -> bool:
+    """Publish approval.resolved and record that it went; on failure the timer sends it."""
     try:
         rt.publisher.publish([resolution_event(record, decision, trace_id)])
+        rt.store.mark_sent(record.approval_id, now())
         return True
-    except Exception as exc:  # recorded already: the observers' timer sends it
+    except Exception as exc:  # the answer is recorded: the observers' timer sends it
         log.warning("approval.resolved not published (%s); the approvals timer will send it", exc,
                     extra={"run_id": record.run_id, "call_id": record.call_id})
-        try:
-            rt.store.mark_sent([record.approval_id], None)
-        except Exception:  # the database is away too: the timer re-sends after the stall time
-            log.warning("could not record that approval.resolved was not sent")
         return False
 
 
@@ -118,14 +119,13 @@ def tick(rt: Runtime, at: datetime | None = None) -> tuple[int, int]:
             with rt.store.tx() as conn:
                 run = rt.store.get_run(record.run_id, conn)
                 done = rt.store.resolve_approval(conn, record.approval_id, status="expired", by=EXPIRER,
-                                                 note=f"no answer within {waited:.0f}s", edited_arguments=None, at=at,
-                                                 sending=True)
+                                                 note=f"no answer within {waited:.0f}s", edited_arguments=None, at=at)
             if done and run is not None:
                 expired += 1
                 log.info("approval expired", extra={"run_id": record.run_id, "call_id": record.call_id})
                 _send(rt, record, "expired", run.trace_id)
-        sent = [record.approval_id
-                for record, trace_id in rt.store.unapplied_approvals(at - timedelta(seconds=rt.settings.stall_after_s))
-                if _send(rt, record, record.status, trace_id)]  # type: ignore[arg-type]
-        rt.store.mark_sent(sent, at)
-        return expired, len(sent)
+        unapplied = rt.store.unapplied_approvals(at - timedelta(seconds=APPROVAL_SEND_GRACE_S),
+                                                 at - timedelta(seconds=rt.settings.stall_after_s))
+        sent = sum(_send(rt, record, record.status, trace_id)  # type: ignore[arg-type]
+                   for record, trace_id in unapplied)
+        return expired, sent

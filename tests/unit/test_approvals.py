@@ -335,3 +335,32 @@ def test_an_answer_whose_event_could_not_be_published_is_sent_by_the_timer(
     [record] = fleet.store.approvals_of(run_id)
     assert record.sent_at is not None and record.applied_at is not None
     assert [line.split(":")[:3] for line in ledger(fleet, run_id)] == [["pay", "acme", "4"]]
+
+
+def test_an_answer_recorded_by_a_process_that_died_before_publishing_is_sent_soon(
+        fleet: EmbeddedFleet, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The inbox consumer SIGKILLed between its commit and its publish: no except clause runs. The answer must
+    not wait for the stall time (120 s) to be sent."""
+
+    class Killed(BaseException):
+        pass
+
+    run_id = start(fleet, ["p", "pay", {"payee": "acme", "amount": 6}])
+    waiting(fleet, run_id)
+    publisher = fleet.runtime.publisher
+    real = publisher.publish
+
+    def dies(envelopes: Any) -> None:
+        envelopes = list(envelopes)
+        if any(e.type == EventType.APPROVAL_RESOLVED for e in envelopes):
+            raise Killed
+        real(envelopes)
+
+    monkeypatch.setattr(publisher, "publish", dies)
+    with pytest.raises(Killed):
+        resolve(fleet.runtime, ApprovalResolve(run_id=run_id, call_id="p", decision="approve"), "ann")
+    monkeypatch.setattr(publisher, "publish", real)
+    assert fleet.runtime.settings.stall_after_s >= 60
+    result = wait_for_run(fleet.store, run_id, timeout=30).result
+    assert result is not None and result["status"] == "succeeded"
+    assert [line.split(":")[:3] for line in ledger(fleet, run_id)] == [["pay", "acme", "6"]]
