@@ -77,6 +77,9 @@ class Agent:
                 raise ConfigurationError(f"agent {name!r}: tool {t.name!r} falls back to {t.fallback!r}, which is "
                                          "not one of its tools (add it to tools=[...])")
         self.approval_rules = check_rules(approval_rules, self.tools, f"agent {name!r}")
+        # Whether a call of this agent can ever wait for a person by its own declarations (settings may add
+        # rules for every agent): the observer skips looking for parked calls when none can be.
+        self.asks_approval = bool(self.approval_rules) or any(t.requires_approval for t in self.tools.values())
         if register:
             registry.add(self)
 

@@ -73,9 +73,14 @@ _FANNING_IN = (RunState.EXECUTING, RunState.WAITING_APPROVAL)
 
 def _wait_if_parked(step: Step, conn: Connection, run: RunRecord, expected: list[str], received: Iterable[str]
                     ) -> None:
-    """EXECUTING → WAITING_APPROVAL once every call still out is parked (other calls were never held back)."""
-    if run.state == RunState.EXECUTING and waits_on_people(
-            expected, received, step.rt.store.parked_calls(conn, run.run_id, run.iteration)):
+    """EXECUTING → WAITING_APPROVAL once every call still out is parked (other calls were never held back).
+    An agent none of whose calls can be parked costs no query (an agent this observer does not load might)."""
+    if run.state != RunState.EXECUTING:
+        return
+    agent = step.rt.agent(run.agent)
+    if agent is not None and not agent.asks_approval and not step.rt.settings.rules:
+        return
+    if waits_on_people(expected, received, step.rt.store.parked_calls(conn, run.run_id, run.iteration)):
         step.rt.store.transition(conn, run, RunState.WAITING_APPROVAL)
 
 

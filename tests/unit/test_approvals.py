@@ -364,3 +364,28 @@ def test_an_answer_recorded_by_a_process_that_died_before_publishing_is_sent_soo
     result = wait_for_run(fleet.store, run_id, timeout=30).result
     assert result is not None and result["status"] == "succeeded"
     assert [line.split(":")[:3] for line in ledger(fleet, run_id)] == [["pay", "acme", "6"]]
+
+
+def test_an_agent_that_can_never_ask_costs_the_observer_no_look_for_parked_calls(fleet: EmbeddedFleet) -> None:
+    from sqlalchemy import event
+
+    from tests.fixtures.agents import ledger, payer
+
+    assert payer.asks_approval and not ledger.asks_approval
+    looks: list[str] = []
+
+    def count(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        if statement.startswith("SELECT approvals.call_id"):  # parked_calls (the timer reads whole rows)
+            looks.append(statement)
+
+    event.listen(fleet.store.engine, "before_cursor_execute", count)
+    try:
+        # six calls at once: five fan-in results come before the set is complete
+        run_id = fleet.submit({"agent": "ledger", "input": {}, "goal_id": uuid.uuid4().hex})
+        assert wait_for_run(fleet.store, run_id).state == RunState.SUCCEEDED
+        assert looks == []
+        run_id = start(fleet, ["a", "shell", {"command": "ls"}], ["b", "shell", {"command": "pwd"}])
+        assert wait_for_run(fleet.store, run_id).state == RunState.SUCCEEDED
+        assert looks  # an agent that may ask does look
+    finally:
+        event.remove(fleet.store.engine, "before_cursor_execute", count)
