@@ -295,6 +295,8 @@ def _answer_approval(run_id: str, call_id: str, decision: str, note: str | None,
                      arguments: str | None, embedded: bool, as_json: bool) -> None:
     import getpass
 
+    from pydantic import ValidationError
+
     from agentfleet.errors import ApprovalRefused
     from agentfleet.events.contracts import ApprovalAnswer, ApprovalResolve
     from agentfleet.tasks.approvals import resolve
@@ -302,8 +304,12 @@ def _answer_approval(run_id: str, call_id: str, decision: str, note: str | None,
     rt = _runtime(_settings(embedded))
     who = by or getpass.getuser()
     edited = _json_arg(arguments, "--arguments") if arguments is not None else None
-    answer = ApprovalResolve(run_id=run_id, call_id=call_id, decision=decision, note=note,  # type: ignore[arg-type]
-                             arguments=edited, by=who)
+    try:
+        answer = ApprovalResolve(run_id=run_id, call_id=call_id, decision=decision,  # type: ignore[arg-type]
+                                 note=note, arguments=edited, by=who)
+    except ValidationError as exc:
+        problem = exc.errors()[0]
+        raise typer.BadParameter(f"{'.'.join(map(str, problem['loc']))}: {problem['msg']}") from None
     try:
         # Beside an embedded fleet there is no broker to reach: its observer's timer finds the answer.
         reply = resolve(rt, answer, who, publish=not rt.settings.embedded)

@@ -139,6 +139,7 @@ class ApprovalRecord:
 
 
 APPROVAL_PENDING = "pending"
+LIVE = T.runs.c.state.notin_([s.value for s in TERMINAL])  # a run not yet ended
 
 
 class Store:
@@ -386,12 +387,11 @@ class Store:
         ones with a Result still owed to a reply_to. Oldest first, a page at a time (``after`` the
         last one seen), so runs that are only waiting never hide stalled ones behind them."""
         owed = select(T.run_replies.c.run_id).where(T.run_replies.c.delivered_at.is_(None))
-        live = T.runs.c.state.notin_([s.value for s in TERMINAL])
         stmt = (
             select(T.runs)
             .where(T.runs.c.updated_at < before,
                    (T.runs.c.redriven_at.is_(None)) | (T.runs.c.redriven_at < before),
-                   live | T.runs.c.run_id.in_(owed))
+                   LIVE | T.runs.c.run_id.in_(owed))
             .order_by(T.runs.c.updated_at, T.runs.c.run_id)
             .limit(limit)
         )
@@ -522,9 +522,8 @@ class Store:
                                limit=limit)
 
     def _approvals(self, *where: Any, limit: int) -> list[ApprovalRecord]:
-        live = T.runs.c.state.notin_([s.value for s in TERMINAL])
         stmt = (select(T.approvals).join(T.runs, T.runs.c.run_id == T.approvals.c.run_id)
-                .where(live, *where).order_by(T.approvals.c.requested_at).limit(limit))
+                .where(LIVE, *where).order_by(T.approvals.c.requested_at).limit(limit))
         with self.engine.connect() as conn:
             return [ApprovalRecord.from_row(r) for r in conn.execute(stmt).all()]
 
@@ -533,11 +532,11 @@ class Store:
         """Answers the observer has not acted on, with their run's trace id: those answered before
         ``unsent_before`` whose approval.resolved was never confirmed sent (the answerer died or lost the
         broker, or had none), and those sent before ``sent_before`` (lost since: no queue is that slow)."""
-        live = T.runs.c.state.notin_([s.value for s in TERMINAL])  # an ended run has nothing to apply it to
         unsent = ((T.approvals.c.sent_at.is_(None) & (T.approvals.c.resolved_at <= unsent_before))
                   | (T.approvals.c.sent_at <= sent_before))
         stmt = (select(T.approvals, T.runs.c.trace_id).join(T.runs, T.runs.c.run_id == T.approvals.c.run_id)
-                .where(T.approvals.c.status != APPROVAL_PENDING, T.approvals.c.applied_at.is_(None), unsent, live)
+                .where(T.approvals.c.status != APPROVAL_PENDING, T.approvals.c.applied_at.is_(None), unsent,
+                       LIVE)  # an ended run has nothing to apply an answer to
                 .order_by(T.approvals.c.resolved_at).limit(limit))
         with self.engine.connect() as conn:
             return [(ApprovalRecord.from_row(r), r.trace_id) for r in conn.execute(stmt).all()]

@@ -280,6 +280,8 @@ def test_the_cli_lists_answers_and_refuses_beside_an_embedded_fleet(fleet: Embed
     ok = cli.invoke(app, ["approve", run_id, "p", "--embedded", "--as", "dave", "--note", "fine", "--json"])
     assert ok.exit_code == 0, ok.output
     assert json.loads(ok.stdout)["decision"] == "approved"
+    odd = cli.invoke(app, ["approve", "r\tx", "p", "--embedded"])
+    assert odd.exit_code == 2 and "run_id" in odd.output, odd.output  # a usage error, not a traceback
     late = cli.invoke(app, ["deny", run_id, "p", "--embedded", "--reason", "too late", "--json"])
     assert late.exit_code == 1 and json.loads(late.stdout)["error_code"] == ErrorCode.APPROVAL_NOT_PENDING
     assert wait_for_run(fleet.store, run_id).result["status"] == "succeeded"  # type: ignore[index]
