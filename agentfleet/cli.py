@@ -12,10 +12,11 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from agentfleet import constants as C
 from agentfleet import logs
 from agentfleet.config.agents import load_agents
 from agentfleet.config.settings import Settings, get_settings
-from agentfleet.errors import AgentfleetError, GoalRejected
+from agentfleet.errors import AgentfleetError, GoalRejected, ServiceUnreachable
 from agentfleet.events.contracts import Goal, Result, ResultStatus
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -162,9 +163,13 @@ def submit(
 
 
 def _runtime(settings: Settings) -> Any:
+    """The fleet's runtime, once its database answers (tried for AGENTFLEET_CONNECT_TIMEOUT_S, else exit 3)."""
     from agentfleet.tasks.runtime import runtime_for
     from agentfleet.workers.app import create_app
+    from agentfleet.workers.preflight import reach, services
 
+    for service in services(settings, "database"):
+        reach(service, settings.connect_timeout_s)
     return runtime_for(create_app(settings))
 
 
@@ -361,6 +366,7 @@ def worker(
     hostname: Annotated[str | None, typer.Option(help="Celery node name (default role.pid@host)")] = None,
 ) -> None:
     """Start one role's Celery worker against the distributed fleet."""
+    from agentfleet.tasks.runtime import PREFLIGHT_DONE_KEY
     from agentfleet.workers.app import create_app
     from agentfleet.workers.preflight import preflight
     from agentfleet.workers.roles import ROLES, worker_argv
@@ -370,6 +376,7 @@ def worker(
     settings = get_settings()
     preflight(settings)  # ConfigurationError: main() prints it and exits 2, before anything is consumed
     celery_app = create_app(settings)
+    celery_app.conf[PREFLIGHT_DONE_KEY] = True
     argv = worker_argv(ROLES[role], settings.namespace, concurrency=concurrency, pool=pool,
                        loglevel=loglevel or settings.log_level,
                        hostname=hostname or f"{role}.{os.getpid()}@%h")
@@ -668,8 +675,8 @@ def main() -> None:
     try:
         app()
     except AgentfleetError as exc:
-        err.print(f"[red]error[/] {exc.code}: {exc}")
-        sys.exit(2)
+        err.print(f"[red]error[/] {exc.code}: {exc}", soft_wrap=True)  # one line: a URL is never cut
+        sys.exit(C.EXIT_UNREACHABLE if isinstance(exc, ServiceUnreachable) else C.EXIT_CONFIGURATION)
 
 
 

@@ -100,6 +100,12 @@ REDIS_SOCKET_TIMEOUT_S: Final = 0.5
 # Approvals: how often observers expire unanswered requests and apply answers whose event was lost
 # (or that the CLI wrote beside an embedded fleet, which has no broker another process can reach).
 APPROVAL_POLL_S: Final = 1.0
+# How long a starting worker or a CLI command keeps trying to reach the broker, the database and Redis
+# before it exits non-zero naming the setting (a running worker rides out outages without limit).
+CONNECT_TIMEOUT_S: Final = 30.0
+# Exit codes a supervisor can act on: 2 a configuration to fix, 3 a service not reachable.
+EXIT_CONFIGURATION: Final = 2
+EXIT_UNREACHABLE: Final = 3
 # An answer whose approval.resolved is not yet confirmed sent gets this long (its own publish is under
 # way) before the timer sends it; one confirmed sent is sent again only after the stall time.
 APPROVAL_SEND_GRACE_S: Final = 2.0

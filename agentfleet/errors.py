@@ -47,6 +47,7 @@ class ErrorCode(StrEnum):
     # Fleet.
     POISON_MESSAGE = "POISON_MESSAGE"  # a message crashed its worker too often
     MALFORMED_EVENT = "MALFORMED_EVENT"  # an internal message whose envelope does not validate
+    SERVICE_UNREACHABLE = "SERVICE_UNREACHABLE"  # the broker, database or Redis did not answer (CLI, start-up)
 
 
 RECOVERY_SUGGESTIONS: dict[ErrorCode, str] = {
@@ -76,6 +77,8 @@ RECOVERY_SUGGESTIONS: dict[ErrorCode, str] = {
     ErrorCode.MODEL_ERROR: "Check the model adapter's configuration and the provider's status; resubmit.",
     ErrorCode.POISON_MESSAGE: "Inspect it with `agentfleet dlq show ID`, fix the worker, then `agentfleet dlq "
                               "replay ID`.",
+    ErrorCode.SERVICE_UNREACHABLE: "Check the URL in the setting named, and that the service runs and accepts "
+                                   "this host; AGENTFLEET_CONNECT_TIMEOUT_S sets how long to keep trying.",
     ErrorCode.INTERNAL: "A bug or outage in the fleet; the message is kept: `agentfleet dlq list`.",
 }
 
@@ -98,6 +101,12 @@ class AgentfleetError(Exception):
 
 class ConfigurationError(AgentfleetError):
     """Settings, agent or tool declarations are wrong; fix and restart."""
+
+
+class ServiceUnreachable(AgentfleetError):
+    """The broker, the database or Redis did not answer within AGENTFLEET_CONNECT_TIMEOUT_S."""
+
+    code = ErrorCode.SERVICE_UNREACHABLE
 
 
 class GoalRejected(AgentfleetError):

@@ -14,7 +14,7 @@ from typing import Any
 
 _context: contextvars.ContextVar[dict[str, str]] = contextvars.ContextVar("agentfleet_log_context", default={})  # noqa: B039
 SECRET_KEY = re.compile(r"(pass(word)?|secret|token|api[_-]?key|authorization)", re.I)
-SECRET_IN_URL = re.compile(r"(://[^:/@\s]+:)([^@\s]+)(@)")
+SECRET_IN_URL = re.compile(r"(://[^:/@\s]*:)([^@\s]+)(@)")  # user may be empty: redis://:pw@host
 _STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime"}
 
 

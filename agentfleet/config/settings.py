@@ -73,6 +73,8 @@ class Settings(BaseSettings):
     approval_rules: str = ""
     # How often observers expire unanswered approval requests and apply answers (0: not in this worker).
     approval_poll_s: float = Field(default=constants.APPROVAL_POLL_S, ge=0)
+    # How long a worker at start, or a CLI command, tries to reach each service before it exits non-zero.
+    connect_timeout_s: float = Field(default=constants.CONNECT_TIMEOUT_S, ge=0)
 
     @field_validator("workspace")
     @classmethod

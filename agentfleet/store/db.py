@@ -57,11 +57,13 @@ def upgrade(url: str, revision: str = "head") -> None:
     command.upgrade(alembic_config(url), revision)
 
 
-def revisions(url: str) -> tuple[str | None, str]:
+def revisions(url: str, *, connect_timeout_s: float | None = None) -> tuple[str | None, str]:
     """The database's migration revision (None: never migrated) and the one this code needs."""
     head = ScriptDirectory.from_config(alembic_config(url)).get_current_head()
     assert head is not None
-    engine = make_engine(url)
+    timeout = {} if connect_timeout_s is None or make_url(url).get_backend_name() == "sqlite" else {
+        "connect_args": {"connect_timeout": max(1, round(connect_timeout_s))}}
+    engine = make_engine(url, **timeout)
     try:
         with engine.connect() as conn:
             return MigrationContext.configure(conn).get_current_revision(), head

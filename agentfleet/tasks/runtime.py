@@ -20,6 +20,7 @@ from agentfleet.store.repository import Store
 from agentfleet.tasks.health import announcer
 
 SETTINGS_KEY = "agentfleet_settings"
+PREFLIGHT_DONE_KEY = "agentfleet_preflight_done"  # set by `agentfleet worker`, which checks before Celery starts
 _lock = threading.Lock()
 
 

@@ -17,7 +17,14 @@ from agentfleet.events.topology import Topology
 from agentfleet.events.wire import install_bounded_decompression
 from agentfleet.tasks.catalog import register_tasks
 from agentfleet.tasks.runtime import SETTINGS_KEY
-from agentfleet.workers.bootsteps import ApprovalTimer, DeclareTopology, HealthTimer, InboxConsumer, SweepTimer
+from agentfleet.workers.bootsteps import (
+    ApprovalTimer,
+    DeclareTopology,
+    HealthTimer,
+    InboxConsumer,
+    Preflight,
+    SweepTimer,
+)
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +99,7 @@ def create_app(settings: Settings | None = None) -> Celery:
     app = Celery("agentfleet", set_as_current=False)
     app.conf.update(celery_config(settings))
     register_tasks(app)
+    app.steps["worker"].add(Preflight)
     app.steps["worker"].add(DeclareTopology)
     app.steps["worker"].add(SweepTimer)
     app.steps["worker"].add(HealthTimer)

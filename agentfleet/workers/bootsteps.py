@@ -7,16 +7,31 @@ import threading
 from typing import Any
 
 from celery import bootsteps
+from celery.worker import state as celery_state
 from kombu import Consumer
 
 from agentfleet import constants as C
 from agentfleet.harness.health_cache import CheckPlan, plan_checks
 from agentfleet.tasks import approvals
-from agentfleet.tasks.runtime import Runtime, runtime_for
+from agentfleet.tasks.runtime import PREFLIGHT_DONE_KEY, Runtime, runtime_for, settings_of
 from agentfleet.tasks.sweeper import sweep
 from agentfleet.workers.inbox import Inbox
+from agentfleet.workers.preflight import preflight
 
 log = logging.getLogger(__name__)
+
+
+class Preflight(bootsteps.StartStopStep):
+    """The checks of workers/preflight.py, for a worker started as ``celery -A agentfleet.workers.app worker``.
+
+    ``agentfleet worker`` makes them before Celery starts (for its exit codes) and marks
+    the app, so they are not made twice. A failed check is Celery's "unrecoverable
+    error": logged, and the worker exits 1 before it consumes anything.
+    """
+
+    def start(self, worker: Any) -> None:
+        if not worker.app.conf.get(PREFLIGHT_DONE_KEY):
+            preflight(settings_of(worker.app), stop_check=celery_state.maybe_shutdown)
 
 
 class DeclareTopology(bootsteps.StartStopStep):
@@ -26,10 +41,14 @@ class DeclareTopology(bootsteps.StartStopStep):
     queue) starts, so a worker that answers a ping has already declared the inbox.
     """
 
+    requires = (Preflight,)
+
     def start(self, worker: Any) -> None:
         rt = runtime_for(worker.app)
         with worker.app.connection_for_write() as conn:
-            conn.ensure_connection(max_retries=None)
+            # Bounded, and a SIGTERM meanwhile stops the worker (Celery's handler only sets a flag).
+            conn.ensure_connection(max_retries=None, timeout=rt.settings.connect_timeout_s,
+                                   callback=celery_state.maybe_shutdown)
             rt.topology.declare(conn)
         log.info("topology declared", extra={"namespace": rt.topology.namespace})
 

@@ -64,9 +64,9 @@ class WorkerProcesses:
             seen = {name for reply in replies for name in reply}
             if wanted <= seen:
                 return
-            dead = [n for n, p in self.procs if p.poll() is not None and n in wanted]
-            if dead:
-                raise RuntimeError(f"workers exited: {dead}; logs in {self.logdir}")
+            dead = [(n, p.returncode) for n, p in self.procs if p.poll() is not None and n in wanted]
+            if dead:  # what the worker said last is the only trace a CI run keeps of why
+                raise RuntimeError(f"workers exited: {dead}; logs in {self.logdir}\n{self.logs()}")
         raise TimeoutError(f"workers not ready: {wanted - seen}; logs in {self.logdir}")
 
     def logged(self, text: str) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import uuid
@@ -53,3 +54,61 @@ def test_a_worker_refuses_a_database_whose_migrations_are_behind(namespace: str,
     done = start_worker(env_for(namespace, unmigrated_database))
     assert done.returncode != 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert "agentfleet db upgrade" in done.stderr
+
+
+UNREACHABLE = {  # loopback port 1: nothing listens, so every connect is refused at once
+    "AGENTFLEET_BROKER_URL": "amqp://guest:canary-broker-pw@127.0.0.1:1//",
+    "AGENTFLEET_DATABASE_URL": "postgresql+psycopg://postgres:canary-db-pw@127.0.0.1:1/postgres",
+    "AGENTFLEET_REDIS_URL": "redis://:canary-redis-pw@127.0.0.1:1/0",
+}
+
+
+@pytest.mark.parametrize("setting", list(UNREACHABLE))
+def test_a_service_that_cannot_be_reached_stops_the_worker_naming_the_setting(
+        setting: str, namespace: str, pg_url: str) -> None:
+    """Tried for AGENTFLEET_CONNECT_TIMEOUT_S, then exit 3 with the setting and its URL, password masked."""
+    env = {**env_for(namespace, pg_url), setting: UNREACHABLE[setting], "AGENTFLEET_CONNECT_TIMEOUT_S": "2"}
+    done = start_worker(env, timeout=45)
+    said = done.stdout + done.stderr
+    assert done.returncode == 3, said[-3000:]
+    assert setting in done.stderr and "127.0.0.1:1" in done.stderr, said[-3000:]
+    assert "canary-" not in said  # the password never reaches a log line or the error
+    assert "retrying" in said  # it tried more than once before giving up
+
+
+def test_sigterm_stops_a_worker_that_is_still_trying_to_reach_the_broker(namespace: str, pg_url: str) -> None:
+    env = {**os.environ, **env_for(namespace, pg_url), "AGENTFLEET_BROKER_URL": UNREACHABLE["AGENTFLEET_BROKER_URL"],
+           "AGENTFLEET_CONNECT_TIMEOUT_S": "600"}
+    proc = subprocess.Popen([sys.executable, "-m", "agentfleet.cli", "worker", "executor"], env=env, cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:  # it says so while it tries
+            if "retrying" in line:
+                break
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=15)
+    finally:
+        proc.kill()
+    assert proc.returncode != 0
+
+
+def test_the_plain_celery_command_refuses_a_database_whose_migrations_are_behind(
+        namespace: str, unmigrated_database: str) -> None:
+    """`celery -A agentfleet.workers.app worker` makes the same checks as `agentfleet worker`."""
+    env = {**os.environ, **env_for(namespace, unmigrated_database)}
+    done = subprocess.run([sys.executable, "-m", "celery", "-A", "agentfleet.workers.app", "worker", "-P", "threads",
+                           "-Q", f"{namespace}.planner", "--without-mingle", "--without-gossip"],
+                          env=env, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "agentfleet db upgrade" in done.stdout + done.stderr
+
+
+def test_a_cli_command_that_cannot_reach_the_database_names_the_setting(namespace: str, pg_url: str) -> None:
+    env = {**os.environ, **env_for(namespace, pg_url),
+           "AGENTFLEET_DATABASE_URL": UNREACHABLE["AGENTFLEET_DATABASE_URL"], "AGENTFLEET_CONNECT_TIMEOUT_S": "1"}
+    done = subprocess.run([sys.executable, "-m", "agentfleet.cli", "status", "0" * 32], env=env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 3, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "AGENTFLEET_DATABASE_URL" in done.stderr and "Traceback" not in done.stderr
+    assert "canary-" not in done.stdout + done.stderr
