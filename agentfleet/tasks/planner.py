@@ -144,7 +144,9 @@ def _plan(step: Step, agent: Agent, run: RunRecord, *, iteration: int, new_messa
             try:
                 turn = _complete(agent, request)
             except Exception as exc:
-                log.warning("model call failed: %s", exc, extra={"model": agent.model.name})
+                # The Result carries a line; the operator gets the traceback with the run and trace ids.
+                log.error("model call failed: %s", exc, exc_info=exc,
+                          extra={"model": agent.model.name, "iteration": iteration})
                 return _end(step, run, new_messages, iteration, None, ResultStatus.FAILED, ErrorCode.MODEL_ERROR,
                             f"{agent.model.name}: {exc}")
             planned = Planned(turn, round((time.perf_counter() - started) * 1000, 3))

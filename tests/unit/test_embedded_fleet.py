@@ -182,3 +182,15 @@ def test_the_health_gate_example_falls_back_when_its_check_fails_and_says_so(tmp
     assert result["output"]["kib"] > 0
     said = "gate: Tools unavailable now: du_usage (its health check failed: /no/such/du"
     assert (said in proc.stdout) is broken, proc.stdout
+
+
+def test_a_model_adapter_that_raises_is_logged_with_its_traceback_and_the_run_fails_with_model_error(
+        fleet: EmbeddedFleet, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level("ERROR", logger="agentfleet.tasks.planner"):
+        run_id, result = run(fleet, "model_breaks", {})
+    assert result["status"] == "failed" and result["error_code"] == ErrorCode.MODEL_ERROR, result
+    assert "Traceback" not in result["message"]
+    [record] = [r for r in caplog.records if r.name == "agentfleet.tasks.planner" and r.levelname == "ERROR"]
+    assert record.exc_info is not None and run_id in str(record.exc_info[1])
+    assert "in _adapter_bug" in caplog.text  # the adapter's own frame
+    assert record.model == "scripted"  # type: ignore[attr-defined]
