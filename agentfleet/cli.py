@@ -364,6 +364,8 @@ def worker(
     pool: Annotated[str | None, typer.Option(help="threads | prefork | solo")] = None,
     loglevel: Annotated[str | None, typer.Option(help="Log level")] = None,
     hostname: Annotated[str | None, typer.Option(help="Celery node name (default role.pid@host)")] = None,
+    metrics_port: Annotated[int | None, typer.Option(
+        help="Serve Prometheus metrics on this port (0: any free port; default AGENTFLEET_METRICS_PORT)")] = None,
 ) -> None:
     """Start one role's Celery worker against the distributed fleet."""
     from agentfleet.tasks.runtime import PREFLIGHT_DONE_KEY
@@ -374,6 +376,8 @@ def worker(
     if role not in ROLES:
         raise typer.BadParameter(f"role must be one of {', '.join(ROLES)}")
     settings = get_settings()
+    if metrics_port is not None:
+        settings = settings.model_copy(update={"metrics_port": metrics_port})
     preflight(settings)  # ConfigurationError: main() prints it and exits 2, before anything is consumed
     celery_app = create_app(settings)
     celery_app.conf[PREFLIGHT_DONE_KEY] = True

@@ -7,7 +7,7 @@ import socket
 import subprocess
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -161,3 +161,13 @@ def redis_restarted() -> Iterator[RedisOutage]:
         deadline = time.monotonic() + 60
         while not outage.up() and time.monotonic() < deadline:
             time.sleep(0.1)
+
+
+def eventually(what: Callable[[], Any], timeout: float = 30.0, message: str = "") -> Any:
+    """``what()`` once it is truthy, polled until ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if value := what():
+            return value
+        time.sleep(0.02)
+    raise AssertionError(f"not within {timeout}s: {message}")

@@ -73,6 +73,13 @@ class Settings(BaseSettings):
     approval_rules: str = ""
     # How often observers expire unanswered approval requests and apply answers (0: not in this worker).
     approval_poll_s: float = Field(default=constants.APPROVAL_POLL_S, ge=0)
+    # Hooks (agentfleet.hooks): the audit trail (one row per run transition), Prometheus metrics served on
+    # metrics_addr:metrics_port by each worker (unset: no metrics; 0: any free port), and the user's own
+    # hooks as comma-separated module:attribute entries.
+    audit: bool = True
+    metrics_port: int | None = Field(default=None, ge=0, le=65535)
+    metrics_addr: str = "127.0.0.1"
+    hooks: str = ""
     # How long a worker at start, or a CLI command, tries to reach each service before it exits non-zero.
     connect_timeout_s: float = Field(default=constants.CONNECT_TIMEOUT_S, ge=0)
 

@@ -11,7 +11,7 @@ import dataclasses
 import hashlib
 import logging
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -22,6 +22,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from agentfleet.harness.redaction import redact
+from agentfleet.hooks.base import Hooks, Transition
 from agentfleet.loop.states import TERMINAL, RunState, can_transition
 from agentfleet.loop.transcript import MESSAGES, Message, Usage
 from agentfleet.store import tables as T
@@ -31,6 +32,9 @@ log = logging.getLogger(__name__)
 
 def now() -> datetime:
     return datetime.now(UTC)
+
+
+_AFTER_COMMIT = "agentfleet_after_commit"  # key in Connection.info: callables to run once tx() commits
 
 
 def _utc(ts: datetime | None) -> datetime | None:
@@ -143,8 +147,9 @@ LIVE = T.runs.c.state.notin_([s.value for s in TERMINAL])  # a run not yet ended
 
 
 class Store:
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, *, hooks: Hooks | None = None) -> None:
         self.engine = engine
+        self.hooks = hooks  # told of every transition, in its transaction and after it commits (hooks/base.py)
         self.dialect = engine.dialect.name
         self._local_locks: set[str] = set()
         self._local_guard = threading.Lock()
@@ -153,8 +158,25 @@ class Store:
 
     @contextmanager
     def tx(self) -> Iterator[Connection]:
+        """A transaction; what ``after_commit`` registered in it runs once it has committed."""
+        pending: list[Callable[[], None]] = []
         with self.engine.begin() as conn:
-            yield conn
+            conn.info[_AFTER_COMMIT] = pending
+            try:
+                yield conn
+            finally:
+                conn.info.pop(_AFTER_COMMIT, None)
+        for fn in pending:
+            fn()
+
+    @staticmethod
+    def after_commit(conn: Connection, fn: Callable[[], None]) -> None:
+        """Run ``fn`` once ``conn``'s transaction (opened by ``tx``) commits; outside ``tx``, now."""
+        pending = conn.info.get(_AFTER_COMMIT)
+        if pending is None:
+            fn()
+        else:
+            pending.append(fn)
 
     def _insert_ignore(self, conn: Connection, table: Any, values: dict[str, Any], keys: Sequence[str]) -> bool:
         """Insert unless a row with the same keys exists; True when this call inserted it."""
@@ -255,7 +277,17 @@ class Store:
         if conn.execute(stmt).rowcount != 1:
             log.info("stale transition ignored", extra={"run_id": run.run_id, "from": run.state, "to": target})
             return None
-        return dataclasses.replace(run, **changed)
+        moved = dataclasses.replace(run, **changed)
+        if self.hooks is not None:
+            self._tell(conn, self.hooks, Transition(
+                run_id=run.run_id, agent=run.agent, from_state=run.state, to_state=target, at=changed["updated_at"],
+                iteration=moved.iteration, error_code=moved.error_code, input_tokens=moved.input_tokens,
+                output_tokens=moved.output_tokens, cost_usd=moved.cost_usd))
+        return moved
+
+    def _tell(self, conn: Connection, hooks: Hooks, change: Transition) -> None:
+        hooks.on_transition(conn, change)
+        self.after_commit(conn, lambda: hooks.after_transition(change))
 
     # -- steps (write-ahead) ------------------------------------------------------
 
@@ -301,6 +333,12 @@ class Store:
         with self.engine.connect() as conn:
             rows = conn.execute(select(T.steps).where(T.steps.c.run_id == run_id).order_by(T.steps.c.id)).all()
         return [dict(r._mapping) for r in rows]
+
+    def audit_trail(self, run_id: str) -> list[dict[str, Any]]:
+        """A run's state transitions, oldest first (empty when the audit hook is off)."""
+        with self.engine.connect() as conn:
+            rows = conn.execute(select(T.audit).where(T.audit.c.run_id == run_id).order_by(T.audit.c.id)).all()
+        return [{**r._mapping, "at": _utc(r.at)} for r in rows]
 
     # -- transcript ---------------------------------------------------------------
 

@@ -159,3 +159,27 @@ approvals = Table(
     Index("ix_approvals_run_call", "run_id", "call_id"),
     Index("ix_approvals_status", "status", "requested_at"),
 )
+
+# One row per run state transition (hooks/audit.py), in the transition's transaction: what moved the
+# run (the event handled and by whom, or none for the sweeper and the CLI), why, and what it had cost.
+audit = Table(
+    "audit",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("at", Ts, nullable=False),
+    Column("run_id", String(64), nullable=False),
+    Column("agent", String(128), nullable=False),
+    Column("from_state", String(32), nullable=False),
+    Column("to_state", String(32), nullable=False),
+    Column("iteration", Integer, nullable=False),
+    Column("event_id", String(64)),
+    Column("event_type", String(64)),
+    Column("reason", String(64)),  # the error code a run ended with
+    Column("step_duration_ms", Float),  # from the step's start to this transition
+    Column("input_tokens", Integer, nullable=False),  # the run's totals after the transition
+    Column("output_tokens", Integer, nullable=False),
+    Column("cost_usd", Float, nullable=False),
+    Column("worker", String(255), nullable=False),
+    Index("ix_audit_run", "run_id", "id"),
+    Index("ix_audit_at", "at"),
+)

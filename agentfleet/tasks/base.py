@@ -19,6 +19,7 @@ from sqlalchemy import Connection
 from agentfleet.errors import RECOVERY_SUGGESTIONS, AgentfleetError, ErrorCode, MalformedEvent
 from agentfleet.events.contracts import Result, ResultStatus
 from agentfleet.events.envelope import Envelope, EventType, GoalSubmitted, RunEnded, decode
+from agentfleet.hooks.base import StepInfo
 from agentfleet.logs import log_context
 from agentfleet.loop.keys import derived_event_id
 from agentfleet.loop.states import RunState, is_terminal
@@ -99,21 +100,30 @@ def run_event(task: EventTask, raw: Any, carried: dict[str, Any] | None = None) 
         )
         return "dead-lettered"
     assert task.handler is not None
-    with log_context(run_id=env.run_id, trace_id=env.trace_id, event_id=env.event_id, event=str(env.type)):
-        step = Step(rt, env, task.role, task.request.hostname or "unknown",
-                    bool((task.request.delivery_info or {}).get("redelivered")), carried)
+    step = Step(rt, env, task.role, task.request.hostname or "unknown",
+                bool((task.request.delivery_info or {}).get("redelivered")), carried)
+    info = StepInfo(role=task.role, event_type=str(env.type), event_id=env.event_id, run_id=env.run_id,
+                    trace_id=env.trace_id, worker=step.worker, redelivered=step.redelivered)
+    with log_context(run_id=env.run_id, trace_id=env.trace_id, event_id=env.event_id, event=str(env.type)), \
+            rt.hooks.step(info) as watch:
         try:
             stored = rt.store.processed_outbox(env.event_id, task.role)
             if stored is not None:
                 rt.publisher.publish(decode(e) for e in stored)
                 log.info("duplicate event: republished its stored outcome", extra={"events": len(stored)})
+                watch.outcome = "duplicate"
                 return "duplicate"
             events = task.handler(step)
             rt.publisher.publish(events)
         except Exception as exc:
             if is_transient(exc):
-                return _retry_later(task, step, exc)
-            return _failed_for_good(step, exc)
+                watch.outcome = "retried"
+                outcome = _retry_later(task, step, exc)  # raises Celery's Retry, or gives up
+            else:
+                outcome = _failed_for_good(step, exc)
+            watch.outcome = outcome
+            return outcome
+        watch.outcome = "published"
         return f"published {len(events)}"
 
 

@@ -20,6 +20,7 @@ from agentfleet.events.envelope import ApprovalRequested, Envelope, EventType, T
 from agentfleet.harness.policy import Verdict, evaluate
 from agentfleet.harness.redaction import redact
 from agentfleet.harness.tool import Tool, ToolContext
+from agentfleet.hooks.base import ToolCallInfo
 from agentfleet.loop.transcript import ToolResult
 from agentfleet.store.repository import ApprovalRecord, now
 from agentfleet.tasks.base import Step
@@ -43,14 +44,16 @@ def on_tool_requested(step: Step) -> list[Envelope]:
             key=key, run_id=step.env.run_id, iteration=req.iteration, kind="tool", call_id=req.call.id,
             name=req.call.name, input=cleared.arguments, worker=step.worker,
         )
+        ran = False
         if record.status != "started":
             result = ToolResult.model_validate(record.output)  # finished before: never run it again
         elif step.carried is not None:
             result = ToolResult.model_validate(step.carried["tool_result"])  # ran before an outage: commit it
+            ran = True
         elif cleared.answer is not None:
             result = cleared.answer
         else:
-            result = _attempt(step, req, record.attempts, cleared.arguments)
+            result, ran = _attempt(step, req, record.attempts, cleared.arguments)
             if cleared.approval is not None:
                 result = result.model_copy(update={"approval": cleared.approval})
         finished = ToolFinished(
@@ -63,11 +66,14 @@ def on_tool_requested(step: Step) -> list[Envelope]:
             with store.tx() as conn:
                 store.finish_step(conn, key, status="succeeded" if result.ok else "failed",
                                   output=result.model_dump(mode="json"), duration_ms=result.duration_ms)
-                return step.commit(conn, [event])
+                events = step.commit(conn, [event])
         except Exception as exc:
             if record.status == "started" and outcome_at_risk(exc):
                 raise CommitPending({"tool_result": result.model_dump(mode="json")}, exc) from exc
             raise
+        if record.status == "started":  # told once per call: when its result is first committed
+            step.rt.hooks.after_tool(_call_info(step, req, record.attempts, ran), result)
+        return events
 
 
 @dataclass(frozen=True)
@@ -141,14 +147,20 @@ def _answered(record: ApprovalRecord) -> Cleared:
         "Do not repeat the call as it was; change it as the reason says, or carry on without it."))
 
 
-def _attempt(step: Step, req: ToolRequested, attempt: int, arguments: dict[str, Any]) -> ToolResult:
+def _call_info(step: Step, req: ToolRequested, attempt: int, ran: bool) -> ToolCallInfo:
+    return ToolCallInfo(run_id=step.env.run_id, agent=req.agent, tool=req.call.name, call_id=req.call.id,
+                        attempt=attempt, ran=ran)
+
+
+def _attempt(step: Step, req: ToolRequested, attempt: int, arguments: dict[str, Any]) -> tuple[ToolResult, bool]:
+    """The call's result, and whether the tool was handed to the runner for it."""
     settings = step.rt.settings
     agent = step.rt.agent(req.agent)
     tool = agent.tools.get(req.call.name) if agent else None
     if tool is None:
         offered = sorted(agent.tools) if agent else []
         return ToolResult.failure(ErrorCode.UNKNOWN_TOOL, f"no tool named {req.call.name!r}",
-                                  f"Use one of: {', '.join(offered) or '(none)'}.")
+                                  f"Use one of: {', '.join(offered) or '(none)'}."), False
     if attempt > settings.max_step_attempts:
         step.rt.publisher.dead_letter_event(step.env, reason=f"{tool.name} crashed its worker {attempt - 1} times",
                                             error_code=ErrorCode.POISON_MESSAGE)
@@ -156,14 +168,15 @@ def _attempt(step: Step, req: ToolRequested, attempt: int, arguments: dict[str, 
             ErrorCode.POISON_MESSAGE,
             f"{tool.name} crashed its worker {attempt - 1} times; not trying again",
             "Treat this tool as unavailable for this goal.",
-        )
+        ), False
     if attempt > 1 and not tool.idempotent:
         log.warning("earlier attempt died mid-call; outcome unknown", extra={"tool": tool.name, "attempt": attempt})
         return ToolResult.failure(
             ErrorCode.UNKNOWN_OUTCOME,
             f"an earlier attempt of {tool.name} died mid-call; it may or may not have taken effect",
             "Check the outside system's state (the idempotency key is stable) before calling again.",
-        )
+        ), False
     ctx = ToolContext(run_id=step.env.run_id, call_id=req.call.id, idempotency_key=req.idempotency_key,
                       workspace=settings.workspace, attempt=attempt)
-    return step.rt.dispatch.call(tool, arguments, ctx)
+    step.rt.hooks.before_tool(_call_info(step, req, attempt, True))
+    return step.rt.dispatch.call(tool, arguments, ctx), True

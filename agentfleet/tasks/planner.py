@@ -25,6 +25,7 @@ from agentfleet.events.envelope import (
     ToolRequested,
 )
 from agentfleet.harness.gate import Offer
+from agentfleet.hooks.base import Hooks, ModelCallInfo
 from agentfleet.loop.budgets import Limits, check_gates
 from agentfleet.loop.decisions import Dispatch, Fail, Finish, decide, plan_signatures, schema_errors
 from agentfleet.loop.keys import idempotency_key
@@ -142,7 +143,7 @@ def _plan(step: Step, agent: Agent, run: RunRecord, *, iteration: int, new_messa
             )
             started = time.perf_counter()
             try:
-                turn = _complete(agent, request)
+                turn = _complete(step.rt.hooks, agent, request)
             except Exception as exc:
                 # The Result carries a line; the operator gets the traceback with the run and trace ids.
                 log.error("model call failed: %s", exc, exc_info=exc,
@@ -191,8 +192,11 @@ def _is_retryable(exc: BaseException) -> bool:
 
 @retry(retry=retry_if_exception(_is_retryable), stop=stop_after_attempt(3),
        wait=wait_exponential(multiplier=0.2, max=5), reraise=True)
-def _complete(agent: Agent, request: ModelRequest) -> ModelTurn:
-    return agent.model.complete(request)
+def _complete(hooks: Hooks, agent: Agent, request: ModelRequest) -> ModelTurn:
+    call = ModelCallInfo(run_id=request.run_id, agent=agent.name, model=agent.model.name, iteration=request.iteration)
+    with hooks.model_call(call) as got:
+        got.append(agent.model.complete(request))
+    return got[0]
 
 
 def _usage_fields(run: RunRecord, turn: ModelTurn | None) -> dict[str, object]:

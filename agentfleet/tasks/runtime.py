@@ -15,6 +15,8 @@ from agentfleet.events.publisher import Publisher
 from agentfleet.events.topology import Topology
 from agentfleet.harness.dispatch import ToolDispatch
 from agentfleet.harness.fleet_redis import FleetRedis, connect
+from agentfleet.hooks.base import Hooks
+from agentfleet.hooks.loading import build_hooks
 from agentfleet.store.db import make_engine
 from agentfleet.store.repository import Store
 from agentfleet.tasks.health import announcer
@@ -33,6 +35,7 @@ class Runtime:
     agents: AgentRegistry
     redis: FleetRedis
     dispatch: ToolDispatch
+    hooks: Hooks
 
     def agent(self, name: str) -> Agent | None:
         return self.agents.get(name)
@@ -54,15 +57,17 @@ def runtime_for(app: Celery) -> Runtime:
             topology = Topology(settings.namespace)
             publisher = Publisher(app, topology)
             redis = FleetRedis(connect(settings), settings.namespace)
+            hooks = build_hooks(settings)
             existing = Runtime(
                 settings=settings,
                 topology=topology,
-                store=Store(make_engine(settings.effective_database_url)),
+                store=Store(make_engine(settings.effective_database_url), hooks=hooks),
                 publisher=publisher,
                 agents=load_agents(settings.agent_modules),
                 redis=redis,
                 dispatch=ToolDispatch(redis, settings, by=f"{socket.gethostname()}:{os.getpid()}",
                                       report=announcer(publisher)),
+                hooks=hooks,
             )
             app._agentfleet_runtime = existing  # type: ignore[attr-defined]
     return existing

@@ -22,6 +22,7 @@ from agentfleet.workers.bootsteps import (
     DeclareTopology,
     HealthTimer,
     InboxConsumer,
+    MetricsServer,
     Preflight,
     SweepTimer,
 )
@@ -101,6 +102,7 @@ def create_app(settings: Settings | None = None) -> Celery:
     register_tasks(app)
     app.steps["worker"].add(Preflight)
     app.steps["worker"].add(DeclareTopology)
+    app.steps["worker"].add(MetricsServer)
     app.steps["worker"].add(SweepTimer)
     app.steps["worker"].add(HealthTimer)
     app.steps["worker"].add(ApprovalTimer)

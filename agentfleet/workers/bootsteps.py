@@ -12,9 +12,10 @@ from kombu import Consumer
 
 from agentfleet import constants as C
 from agentfleet.harness.health_cache import CheckPlan, plan_checks
+from agentfleet.hooks.metrics import PrometheusHook
 from agentfleet.tasks import approvals
 from agentfleet.tasks.runtime import PREFLIGHT_DONE_KEY, Runtime, runtime_for, settings_of
-from agentfleet.tasks.sweeper import sweep
+from agentfleet.tasks.sweeper import queue_depths, sweep
 from agentfleet.workers.inbox import Inbox
 from agentfleet.workers.preflight import preflight
 
@@ -51,6 +52,20 @@ class DeclareTopology(bootsteps.StartStopStep):
                                    callback=celery_state.maybe_shutdown)
             rt.topology.declare(conn)
         log.info("topology declared", extra={"namespace": rt.topology.namespace})
+
+
+class MetricsServer(bootsteps.StartStopStep):
+    """Serves the metrics hook's registry on AGENTFLEET_METRICS_ADDR:PORT (one endpoint per process)."""
+
+    requires = (DeclareTopology,)
+
+    def start(self, worker: Any) -> None:
+        rt = runtime_for(worker.app)
+        hook = rt.hooks.find(PrometheusHook)
+        if hook is None or rt.settings.metrics_port is None:
+            return
+        hook.read_queue_depths(lambda: queue_depths(rt))
+        hook.serve(rt.settings.metrics_port, rt.settings.metrics_addr)
 
 
 class _Timer(bootsteps.StartStopStep):

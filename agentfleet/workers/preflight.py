@@ -21,6 +21,7 @@ from typing import Any
 from agentfleet.config.agents import load_agents
 from agentfleet.config.settings import Settings
 from agentfleet.errors import ConfigurationError, ServiceUnreachable
+from agentfleet.hooks.loading import user_hooks
 from agentfleet.logs import redact
 from agentfleet.store import db
 
@@ -110,6 +111,7 @@ def _pause(seconds: float, stop_check: Callable[[], None] | None) -> None:
 def preflight(settings: Settings, *, stop_check: Callable[[], None] | None = None) -> None:
     """Raise ConfigurationError or ServiceUnreachable naming what to fix; return when the worker may start."""
     load_agents(settings.agent_modules)
+    user_hooks(settings.hooks)
     url = settings.effective_database_url
     revisions: tuple[str | None, str] | None = None
     for service in services(settings):

@@ -15,8 +15,8 @@ from agentfleet.errors import ErrorCode
 from agentfleet.loop.states import RunState
 from agentfleet.store import Store
 from tests.conftest import WorkerProcs
-from tests.helpers import AmqpClient
-from tests.integration.test_health_gate import eventually, lines, start_fleet, submit
+from tests.helpers import AmqpClient, eventually
+from tests.integration.test_health_gate import lines, start_fleet, submit
 
 
 def answer(client: AmqpClient, namespace: str, body: dict[str, Any] | bytes, **properties: Any) -> str:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,7 @@ from agentfleet import constants as C
 from agentfleet.loop.keys import run_id_for
 from agentfleet.store import Store
 from tests.conftest import WorkerProcs
-from tests.helpers import AmqpClient
+from tests.helpers import AmqpClient, eventually
 
 
 def start_fleet(workers: WorkerProcs, executors: int = 1) -> None:
@@ -26,16 +25,6 @@ def start_fleet(workers: WorkerProcs, executors: int = 1) -> None:
     for _ in range(executors):
         workers.start(C.EXECUTOR)
     workers.wait_ready()
-
-
-def eventually(what: Callable[[], Any], timeout: float = 30.0, message: str = "") -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = what()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"not within {timeout}s: {message}")
 
 
 def health(redis: Any, namespace: str, tool: str) -> dict[str, Any] | None:

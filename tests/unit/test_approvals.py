@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -22,7 +21,7 @@ from agentfleet.loop.states import RunState
 from agentfleet.tasks.approvals import resolve
 from agentfleet.workers.embedded import EmbeddedFleet
 from agentfleet.workers.progress import describe_run
-from tests.helpers import embedded_fleet, wait_for_run
+from tests.helpers import embedded_fleet, eventually, wait_for_run
 
 # -- the policy ------------------------------------------------------------------------------------
 
@@ -127,15 +126,6 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedFleet]:
 @pytest.fixture(autouse=True)
 def _isolated_settings() -> None:
     """The module-scoped fleet owns its settings."""
-
-
-def eventually(what: Callable[[], Any], timeout: float = 20.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if value := what():
-            return value
-        time.sleep(0.02)
-    raise AssertionError("not within the timeout")
 
 
 def start(fleet: EmbeddedFleet, *calls: list[Any]) -> str:

@@ -1,0 +1,134 @@
+"""The hook seam on the embedded fleet: the audit trail, metrics, and hooks of the user's own."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import httpx
+import pytest
+from sqlalchemy import select
+
+from agentfleet.errors import ConfigurationError
+from agentfleet.hooks.loading import user_hooks
+from agentfleet.hooks.metrics import PrometheusHook
+from agentfleet.store import tables as T
+from agentfleet.workers.embedded import EmbeddedFleet
+from tests.fixtures.hooks import Recorder
+from tests.helpers import embedded_fleet, eventually, wait_for_run
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedFleet]:
+    with embedded_fleet(tmp_path_factory.mktemp("ws"), "tests.fixtures.agents", AGENTFLEET_METRICS_PORT="0",
+                        AGENTFLEET_HOOKS="tests.fixtures.hooks:Broken,tests.fixtures.hooks:Recorder") as running:
+        yield running
+
+
+@pytest.fixture(autouse=True)
+def _isolated_settings() -> None:
+    """The module-scoped fleet owns its settings."""
+
+
+def metrics(fleet: EmbeddedFleet) -> PrometheusHook:
+    hook = fleet.runtime.hooks.find(PrometheusHook)
+    assert hook is not None
+    return hook
+
+
+def ledger_run(fleet: EmbeddedFleet) -> str:
+    run_id = fleet.submit({"agent": "ledger", "input": {}})
+    record = wait_for_run(fleet.store, run_id, timeout=60)
+    assert record.result is not None and record.result["status"] == "succeeded", record.result
+    return run_id
+
+
+def test_the_audit_trail_has_one_record_per_transition_in_order(fleet: EmbeddedFleet) -> None:
+    run_id = ledger_run(fleet)
+    trail = fleet.store.audit_trail(run_id)
+    moves = [(r["from_state"], r["to_state"]) for r in trail]
+    assert moves == [("PENDING", "PLANNING"), ("PLANNING", "EXECUTING"), ("EXECUTING", "OBSERVING"),
+                     ("OBSERVING", "PLANNING"), ("PLANNING", "EXECUTING"), ("EXECUTING", "OBSERVING"),
+                     ("OBSERVING", "PLANNING"), ("PLANNING", "SUCCEEDED")], moves
+    assert [r["at"] for r in trail] == sorted(r["at"] for r in trail)
+    assert [r["iteration"] for r in trail] == [0, 0, 0, 1, 1, 1, 2, 2]
+    # What moved it: the goal, then each iteration's last tool result and its observation.
+    assert [r["event_type"] for r in trail] == [
+        "goal.submitted", "goal.submitted", "tool.completed", "observation.recorded", "observation.recorded",
+        "tool.completed", "observation.recorded", "observation.recorded"]
+    with fleet.store.engine.connect() as conn:  # each was an event of this run that a worker handled
+        handled = set(conn.execute(select(T.processed_events.c.event_id)
+                                   .where(T.processed_events.c.run_id == run_id)).scalars())
+    assert {r["event_id"] for r in trail} <= handled and len({r["event_id"] for r in trail}) == 5
+    assert all(r["worker"] and r["step_duration_ms"] is not None and r["step_duration_ms"] >= 0 for r in trail)
+    run = fleet.store.get_run(run_id)
+    assert run is not None
+    assert (trail[-1]["input_tokens"], trail[-1]["output_tokens"], trail[-1]["cost_usd"]) == (
+        run.input_tokens, run.output_tokens, run.cost_usd)
+    assert trail[-1]["reason"] is None
+
+
+def test_a_run_that_fails_is_audited_with_its_error_code(fleet: EmbeddedFleet) -> None:
+    run_id = fleet.submit({"agent": "model_breaks", "input": {}})
+    wait_for_run(fleet.store, run_id, timeout=30)
+    last = fleet.store.audit_trail(run_id)[-1]
+    assert (last["from_state"], last["to_state"], last["reason"]) == ("PLANNING", "FAILED", "MODEL_ERROR")
+
+
+def test_metrics_move_by_exactly_what_one_run_did(fleet: EmbeddedFleet) -> None:
+    m = metrics(fleet)
+    names = {
+        "started": ("agentfleet_runs_started_total", {"agent": "ledger"}),
+        "ended": ("agentfleet_runs_ended_total", {"agent": "ledger", "state": "SUCCEEDED", "reason": ""}),
+        "appends": ("agentfleet_tool_calls_total", {"tool": "append_ledger", "code": "ok"}),
+        "echoes": ("agentfleet_tool_calls_total", {"tool": "slow_echo", "code": "ok"}),
+        "model_ok": ("agentfleet_model_calls_total", {"model": "scripted", "outcome": "ok"}),
+        "input_tokens": ("agentfleet_model_tokens_total", {"model": "scripted", "kind": "input"}),
+        "goals": ("agentfleet_events_handled_total", {"role": "planner", "event": "goal.submitted",
+                                                      "outcome": "published"}),
+        "tool_steps": ("agentfleet_events_handled_total", {"role": "executor", "event": "tool.requested",
+                                                           "outcome": "published"}),
+        "tool_seconds": ("agentfleet_tool_duration_seconds_count", {"tool": "append_ledger"}),
+    }
+
+    def read() -> dict[str, float]:
+        return {k: m.sample(name, **labels) for k, (name, labels) in names.items()}
+
+    before = read()
+    ledger_run(fleet)
+    expected = {"started": 1, "ended": 1, "appends": 4, "echoes": 3, "model_ok": 3, "input_tokens": 30, "goals": 1,
+                "tool_steps": 7, "tool_seconds": 4}
+    eventually(lambda: {k: read()[k] - before[k] for k in expected} == expected, timeout=10,
+               message=f"moved {({k: read()[k] - before[k] for k in expected})}, expected {expected}")
+
+
+def test_the_metrics_endpoint_serves_the_counters_and_queue_depths(fleet: EmbeddedFleet) -> None:
+    ledger_run(fleet)
+    addr, port = metrics(fleet).serve(0, "127.0.0.1")  # already served by the worker: this returns where
+    body = httpx.get(f"http://{addr}:{port}/metrics", timeout=10).text
+    assert 'agentfleet_runs_ended_total{agent="ledger",reason="",state="SUCCEEDED"}' in body
+    assert 'agentfleet_queue_depth{role="executor"}' in body
+    assert "agentfleet_step_duration_seconds_bucket" in body
+
+
+def test_user_hooks_see_every_step_tool_and_model_call_and_a_broken_hook_stops_nothing(fleet: EmbeddedFleet) -> None:
+    run_id = ledger_run(fleet)  # succeeded although Broken raised from every method
+    seen = eventually(lambda: (s := Recorder.seen.get(run_id)) and sum(1 for e in s if e[0] == "after_step") >= 17
+                      and s, timeout=10)
+    tools = [e for e in seen if e[0] == "after_tool"]
+    assert sorted(e[2] for e in tools) == ["a1", "a2", "a3", "a4", "e1", "e2", "e3"]
+    assert all(e[3] is True and e[4] is True for e in tools)
+    assert sum(1 for e in seen if e[0] == "before_tool") == 7
+    assert [e[1:] for e in seen if e[0] in ("after_model",)] == [(0, True), (1, True), (2, True)]
+    befores = sum(1 for e in seen if e[0] == "before_step")
+    afters = [e for e in seen if e[0] == "after_step"]
+    assert befores == len(afters) and all(e[3] in ("published", "duplicate") for e in afters)
+
+
+def test_hooks_named_in_settings_that_cannot_be_loaded_are_configuration_errors() -> None:
+    for spec, said in [("tests.fixtures.hooks", "not module:attribute"),
+                       ("tests.fixtures.no_such:Hook", "cannot be loaded"),
+                       ("tests.fixtures.hooks:Nope", "cannot be loaded"),
+                       ("tests.fixtures.hooks:not_a_hook", "not a Hook")]:
+        with pytest.raises(ConfigurationError, match=said):
+            user_hooks(spec)
+    assert [type(h).__name__ for h in user_hooks(" tests.fixtures.hooks:Recorder , ")] == ["Recorder"]
