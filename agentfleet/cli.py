@@ -33,6 +33,8 @@ AgentArg = Annotated[str, typer.Argument(help="Agent name")]
 InputOpt = Annotated[str, typer.Option("--input", "-i", help="Goal input as JSON")]
 GoalIdOpt = Annotated[str | None, typer.Option(help="Idempotency key (default: new)")]
 MaxStepsOpt = Annotated[int | None, typer.Option(help="Tighter max_steps for this goal")]
+RunArg = Annotated[str, typer.Argument(help="Run id")]
+CallArg = Annotated[str, typer.Argument(help="Call id (from `agentfleet approvals`)")]
 
 
 def _json_arg(raw: str, what: str) -> dict[str, Any]:
@@ -152,9 +154,15 @@ def submit(
             client.publish_goal(body)
             print(json.dumps({"run_id": run_id, "goal_id": body["goal_id"]}) if as_json else run_id)
             return
+        progress = None
         if not as_json:
+            from agentfleet.workers.progress import Progress
+
             out.print(f"run {run_id}")
-        result = client.submit_and_wait(body, timeout_s=timeout)
+            progress = Progress(client.rt.store, run_id, out)
+        result = client.submit_and_wait(body, timeout_s=timeout, on_tick=progress.show if progress else None)
+        if progress is not None and result is not None:
+            progress.show()  # the steps that finished since the last look
     if result is None:
         _still_running(run_id, timeout, as_json)
     assert result is not None
@@ -163,7 +171,7 @@ def submit(
 
 
 def _runtime(settings: Settings) -> Any:
-    """The fleet's runtime, once its database answers (tried for AGENTFLEET_CONNECT_TIMEOUT_S, else exit 3)."""
+    """The fleet's runtime, once its database answers (tried for AGENTFLEET_CONNECT_TIMEOUT_S, else exit 69)."""
     from agentfleet.tasks.runtime import runtime_for
     from agentfleet.workers.app import create_app
     from agentfleet.workers.preflight import reach, services
@@ -229,6 +237,62 @@ def status(
         out.print(asked)
     if described["result"]:
         out.print_json(json.dumps(described["result"]))
+
+
+@app.command()
+def runs(
+    agent: Annotated[str | None, typer.Option("--agent", "-a", help="Only this agent's runs")] = None,
+    state: Annotated[list[str] | None, typer.Option("--state", "-s", help="Only runs in this state (repeatable)")
+                     ] = None,
+    since: Annotated[str | None, typer.Option("--since", help="Created at most this long ago (30m, 2h, 1d) or "
+                                                              "since an ISO 8601 time")] = None,
+    limit: Annotated[int, typer.Option(help="At most this many, newest first")] = 50,
+    embedded: EmbeddedOpt = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON lines")] = False,
+) -> None:
+    """List runs, newest first: state, iterations, tokens, cost and how each ended."""
+    from agentfleet.loop.states import RunState
+    from agentfleet.workers.deadletters import parse_since
+
+    states = [s.upper() for s in state or []]
+    unknown = [s for s in states if s not in RunState.__members__]
+    if unknown:
+        raise typer.BadParameter(f"unknown state {', '.join(unknown)}; one of {', '.join(RunState.__members__)}",
+                                 param_hint="--state")
+    rt = _runtime(_settings(embedded))
+    found = rt.store.list_runs(agent=agent, states=states, since=parse_since(since) if since else None, limit=limit)
+    for run in found:
+        row = {"run_id": run.run_id, "agent": run.agent, "state": run.state.value, "iteration": run.iteration,
+               "tokens": run.input_tokens + run.output_tokens, "cost_usd": run.cost_usd,
+               "created_at": run.created_at.isoformat(timespec="seconds"), "error_code": run.error_code}
+        if as_json:
+            print(json.dumps(row))
+        else:
+            ended = f" {run.error_code}" if run.error_code else ""
+            out.print(f"{row['run_id']}  {row['created_at']}  {run.agent}  {row['state']}{ended}  "
+                      f"iterations={run.iteration + 1} tokens={row['tokens']} cost=${run.cost_usd:.6f}",
+                      soft_wrap=True, markup=False, highlight=False)
+
+
+@app.command()
+def trace(
+    run_id: RunArg,
+    embedded: EmbeddedOpt = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON")] = False,
+) -> None:
+    """What happened to a run and why: model turns, tool calls, transitions and the end reason, in order."""
+    from agentfleet.workers.trace import trace_lines, trace_of
+
+    rt = _runtime(_settings(embedded))
+    found = trace_of(rt.store, run_id, rt.agents)
+    if found is None:
+        err.print(f"no run {run_id}")
+        raise typer.Exit(2)
+    if as_json:
+        print(json.dumps(found, default=str))
+        return
+    for line in trace_lines(found):
+        out.print(line, soft_wrap=True, markup=False, highlight=False)
 
 
 @app.command()
@@ -327,10 +391,6 @@ def _answer_approval(run_id: str, call_id: str, decision: str, note: str | None,
     else:
         err.print(f"[red]refused[/] {reply.error_code}: {reply.message}")
     raise typer.Exit(0 if reply.status == "accepted" else 1)
-
-
-RunArg = Annotated[str, typer.Argument(help="Run id")]
-CallArg = Annotated[str, typer.Argument(help="Call id (from `agentfleet approvals`)")]
 
 
 @app.command()

@@ -103,9 +103,9 @@ APPROVAL_POLL_S: Final = 1.0
 # How long a starting worker or a CLI command keeps trying to reach the broker, the database and Redis
 # before it exits non-zero naming the setting (a running worker rides out outages without limit).
 CONNECT_TIMEOUT_S: Final = 30.0
-# Exit codes a supervisor can act on: 2 a configuration to fix, 3 a service not reachable.
-EXIT_CONFIGURATION: Final = 2
-EXIT_UNREACHABLE: Final = 3
+# Exit codes a supervisor or a script can act on (the CLI's 1 is a failed run, 3 a wait that ran out).
+EXIT_CONFIGURATION: Final = 2  # a configuration to fix (as Click's usage errors)
+EXIT_UNREACHABLE: Final = 69  # the broker, the database or Redis not reachable (sysexits' EX_UNAVAILABLE)
 # An answer whose approval.resolved is not yet confirmed sent gets this long (its own publish is under
 # way) before the timer sends it; one confirmed sent is sent again only after the stall time.
 APPROVAL_SEND_GRACE_S: Final = 2.0

@@ -334,6 +334,19 @@ class Store:
             rows = conn.execute(select(T.steps).where(T.steps.c.run_id == run_id).order_by(T.steps.c.id)).all()
         return [dict(r._mapping) for r in rows]
 
+    def list_runs(self, *, agent: str | None = None, states: Sequence[str] = (), since: datetime | None = None,
+                  limit: int = 50) -> list[RunRecord]:
+        """Runs newest first, by agent, state and creation time."""
+        stmt = select(T.runs).order_by(T.runs.c.created_at.desc()).limit(limit)
+        if agent:
+            stmt = stmt.where(T.runs.c.agent == agent)
+        if states:
+            stmt = stmt.where(T.runs.c.state.in_(list(states)))
+        if since is not None:
+            stmt = stmt.where(T.runs.c.created_at >= since)
+        with self.engine.connect() as conn:
+            return [RunRecord.from_row(r) for r in conn.execute(stmt).all()]
+
     def audit_trail(self, run_id: str) -> list[dict[str, Any]]:
         """A run's state transitions, oldest first (empty when the audit hook is off)."""
         with self.engine.connect() as conn:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
@@ -44,8 +45,10 @@ class FleetClient:
                                        reply_to=reply_to, correlation_id=correlation_id,
                                        declare=[self.rt.topology.inbox_queue])
 
-    def submit_and_wait(self, body: dict[str, Any], *, timeout_s: float) -> Result | None:
-        """Publish the goal and wait for its Result on a private reply queue; None if the wait runs out."""
+    def submit_and_wait(self, body: dict[str, Any], *, timeout_s: float,
+                        on_tick: Callable[[], None] | None = None) -> Result | None:
+        """Publish the goal and wait for its Result on a private reply queue; None if the wait runs out.
+        ``on_tick`` is called at least once a second meanwhile (progress lines)."""
         correlation_id = uuid.uuid4().hex
         reply_queue = Queue(f"{self.settings.namespace}.reply.{correlation_id}", exclusive=True, auto_delete=True)
         box: list[Result] = []
@@ -59,6 +62,8 @@ class FleetClient:
             self.publish_goal(body, reply_to=reply_queue.name, correlation_id=correlation_id)
             deadline = time.monotonic() + timeout_s
             while not box and time.monotonic() < deadline:
+                if on_tick is not None:
+                    on_tick()
                 try:
                     self.connection.drain_events(timeout=min(1.0, max(0.01, deadline - time.monotonic())))
                 except TimeoutError:

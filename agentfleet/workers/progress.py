@@ -69,26 +69,33 @@ def approval_line(record: ApprovalRecord, embedded: bool) -> str:
             f"{record.run_id} {record.call_id} --reason ...")
 
 
+class Progress:
+    """Prints each finished step of a run (and each wait for a person) once, however often it is asked to."""
+
+    def __init__(self, store: Store, run_id: str, console: Console, *, embedded: bool = False) -> None:
+        self.store, self.run_id, self.console, self.embedded = store, run_id, console, embedded
+        self.shown: set[int | str] = set()
+
+    def show(self, run: RunRecord | None = None) -> None:
+        run = run or self.store.get_run(self.run_id)
+        if run is None:
+            return
+        for step in self.store.steps(self.run_id):
+            if step["id"] not in self.shown and step["status"] != "started":
+                self.shown.add(step["id"])
+                self.console.print(escape(step_line(step)))
+        if run.state == RunState.WAITING_APPROVAL:
+            for record in self.store.pending_approvals(run_id=self.run_id):
+                if record.approval_id not in self.shown:
+                    self.shown.add(record.approval_id)
+                    self.console.print(escape(approval_line(record, self.embedded)))
+
+
 def follow(store: Store, run_id: str, console: Console | None, *, timeout_s: float,
            embedded: bool = False) -> Result | None:
-    """Wait for the run's Result, printing each finished step (and each wait for a person) once; None if
-    the wait ran out first."""
-    shown: set[int | str] = set()
-
-    def show(run: RunRecord | None) -> None:
-        if console is None or run is None:
-            return
-        for step in store.steps(run_id):
-            if step["id"] not in shown and step["status"] != "started":
-                shown.add(step["id"])
-                console.print(escape(step_line(step)))
-        if run.state == RunState.WAITING_APPROVAL:
-            for record in store.pending_approvals(run_id=run_id):
-                if record.approval_id not in shown:
-                    shown.add(record.approval_id)
-                    console.print(escape(approval_line(record, embedded)))
-
-    ended = wait_for_end(store, run_id, timeout_s=timeout_s, on_poll=show)
+    """Wait for the run's Result, printing its progress to ``console``; None if the wait ran out first."""
+    progress = Progress(store, run_id, console, embedded=embedded) if console is not None else None
+    ended = wait_for_end(store, run_id, timeout_s=timeout_s, on_poll=progress.show if progress else None)
     return None if ended is None else Result.model_validate(ended.result)
 
 

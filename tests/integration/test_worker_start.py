@@ -13,6 +13,7 @@ import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
+from agentfleet import constants as C
 from tests.conftest import BROKER_URL, PG_ADMIN_URL, REDIS_URL, ROOT, require
 
 
@@ -66,11 +67,11 @@ UNREACHABLE = {  # loopback port 1: nothing listens, so every connect is refused
 @pytest.mark.parametrize("setting", list(UNREACHABLE))
 def test_a_service_that_cannot_be_reached_stops_the_worker_naming_the_setting(
         setting: str, namespace: str, pg_url: str) -> None:
-    """Tried for AGENTFLEET_CONNECT_TIMEOUT_S, then exit 3 with the setting and its URL, password masked."""
+    """Tried for AGENTFLEET_CONNECT_TIMEOUT_S, then exit 69 with the setting and its URL, password masked."""
     env = {**env_for(namespace, pg_url), setting: UNREACHABLE[setting], "AGENTFLEET_CONNECT_TIMEOUT_S": "2"}
     done = start_worker(env, timeout=45)
     said = done.stdout + done.stderr
-    assert done.returncode == 3, said[-3000:]
+    assert done.returncode == C.EXIT_UNREACHABLE, said[-3000:]
     assert setting in done.stderr and "127.0.0.1:1" in done.stderr, said[-3000:]
     assert "canary-" not in said  # the password never reaches a log line or the error
     assert "retrying" in said  # it tried more than once before giving up
@@ -109,6 +110,6 @@ def test_a_cli_command_that_cannot_reach_the_database_names_the_setting(namespac
            "AGENTFLEET_DATABASE_URL": UNREACHABLE["AGENTFLEET_DATABASE_URL"], "AGENTFLEET_CONNECT_TIMEOUT_S": "1"}
     done = subprocess.run([sys.executable, "-m", "agentfleet.cli", "status", "0" * 32], env=env, cwd=ROOT,
                           capture_output=True, text=True, timeout=60)
-    assert done.returncode == 3, done.stdout[-2000:] + done.stderr[-2000:]
+    assert done.returncode == C.EXIT_UNREACHABLE, done.stdout[-2000:] + done.stderr[-2000:]
     assert "AGENTFLEET_DATABASE_URL" in done.stderr and "Traceback" not in done.stderr
     assert "canary-" not in done.stdout + done.stderr

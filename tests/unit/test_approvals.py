@@ -278,6 +278,9 @@ def test_the_cli_lists_answers_and_refuses_beside_an_embedded_fleet(fleet: Embed
     status = cli.invoke(app, ["status", run_id, "--embedded", "--json"])
     [history] = json.loads(status.stdout)["approvals"]
     assert (history["status"], history["resolved_by"], history["note"]) == ("approved", "dave", "fine")
+    traced = cli.invoke(app, ["trace", run_id, "--embedded"])  # the secret argument stays masked there too
+    assert traced.exit_code == 0 and '"token":"***"' in traced.stdout and "t0ken" not in traced.stdout
+    assert "approved by dave" in traced.stdout and "WAITING_APPROVAL → EXECUTING" in traced.stdout, traced.stdout
 
 
 def test_a_run_left_waiting_past_its_deadline_is_ended_by_the_sweeper(fleet: EmbeddedFleet) -> None:

@@ -132,3 +132,41 @@ def test_hooks_named_in_settings_that_cannot_be_loaded_are_configuration_errors(
         with pytest.raises(ConfigurationError, match=said):
             user_hooks(spec)
     assert [type(h).__name__ for h in user_hooks(" tests.fixtures.hooks:Recorder , ")] == ["Recorder"]
+
+
+def test_trace_tells_what_happened_to_a_run_and_runs_lists_it(fleet: EmbeddedFleet) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from agentfleet.cli import app
+    from agentfleet.workers.trace import trace_lines, trace_of
+
+    run_id = ledger_run(fleet)
+    found = trace_of(fleet.store, run_id, fleet.runtime.agents)
+    assert found is not None
+    assert [it["iteration"] for it in found["iterations"]] == [0, 1, 2]
+    first, second, last = found["iterations"]
+    assert first["model"]["decision"] == "6 tool calls: " + ", ".join(["append_ledger"] * 3 + ["slow_echo"] * 3)
+    assert sorted(c["call_id"] for c in first["tools"]) == ["a1", "a2", "a3", "e1", "e2", "e3"]
+    assert all(c["ok"] and c["attempts"] == 1 and c["worker"] for c in first["tools"] + second["tools"])
+    assert [c["arguments"] for c in second["tools"]] == [{"entry": "four"}]
+    assert last["model"]["decision"] == "final answer" and last["tools"] == []
+    assert (first["model"]["input_tokens"], first["model"]["output_tokens"]) == (10, 10)
+    assert [(t["from"], t["to"]) for t in found["transitions"]][-1] == ("PLANNING", "SUCCEEDED")
+    assert found["end"]["status"] == "succeeded"
+
+    cli = CliRunner()
+    listed = cli.invoke(app, ["runs", "--embedded", "--agent", "ledger", "--state", "succeeded", "--json"])
+    assert listed.exit_code == 0, listed.output
+    rows = [json.loads(line) for line in listed.stdout.splitlines()]
+    assert run_id in {r["run_id"] for r in rows} and {r["state"] for r in rows} == {"SUCCEEDED"}
+    assert cli.invoke(app, ["runs", "--embedded", "--state", "nope"]).exit_code == 2
+    none = cli.invoke(app, ["runs", "--embedded", "--agent", "ledger", "--state", "FAILED", "--json"])
+    assert none.exit_code == 0 and none.stdout == ""
+    shown = cli.invoke(app, ["trace", run_id, "--embedded"], terminal_width=60)
+    assert shown.exit_code == 0, shown.output
+    # Piped to a narrow terminal, every line comes out whole (the CLI re-reads the run: the same lines).
+    assert shown.stdout.splitlines() == trace_lines(found)
+    assert json.loads(cli.invoke(app, ["trace", run_id, "--embedded", "--json"]).stdout)["run_id"] == run_id
+    assert cli.invoke(app, ["trace", "no-such-run", "--embedded"]).exit_code == 2

@@ -1,0 +1,129 @@
+"""What happened to a run, and why, from its checkpoint: the data of ``agentfleet trace``, and its lines.
+
+Read from three records the fleet keeps anyway: the steps (each model turn and tool
+call, with duration, worker and attempts), the audit trail (each state transition and
+what caused it) and the run's Result. Tool arguments are shown with secrets masked
+(by the tool's schema where the agent is loaded here, else by name).
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+
+from agentfleet.config.agents import AgentRegistry
+from agentfleet.constants import FINAL_ANSWER_TOOL
+from agentfleet.harness.redaction import redact
+from agentfleet.store.repository import RunRecord, Store
+
+
+def _iso(ts: datetime | None) -> str | None:
+    return ts.isoformat(timespec="milliseconds") if ts else None
+
+
+def _model_turn(step: dict[str, Any]) -> dict[str, Any]:
+    output = step.get("output") or {}
+    usage = output.get("usage") or {}
+    calls = output.get("calls") or []
+    if step["status"] != "succeeded":
+        decision = f"failed: {output.get('error_code')}: {output.get('message')}"
+    elif FINAL_ANSWER_TOOL in calls:
+        decision = "final answer"
+    else:
+        decision = f"{len(calls)} tool call{'s' if len(calls) != 1 else ''}: {', '.join(calls)}"
+    return {"kind": "model", "at": _iso(step.get("started_at")), "model": output.get("model"),
+            "status": step["status"], "decision": decision, "input_tokens": usage.get("input_tokens", 0),
+            "output_tokens": usage.get("output_tokens", 0), "cost_usd": usage.get("cost_usd", 0.0),
+            "duration_ms": step.get("duration_ms"), "worker": step.get("worker"), "attempts": step.get("attempts"),
+            "gate_notice": (step.get("input") or {}).get("notice")}
+
+
+def _tool_call(step: dict[str, Any], schema: dict[str, Any] | None) -> dict[str, Any]:
+    result = step.get("output") or {}
+    arguments = step.get("input") if isinstance(step.get("input"), dict) else {}
+    return {"kind": "tool", "at": _iso(step.get("started_at")), "call_id": step.get("call_id"),
+            "tool": step.get("name"), "arguments": redact(arguments or {}, schema), "status": step["status"],
+            "ok": result.get("ok"), "error_code": result.get("error_code"), "message": result.get("message"),
+            "cache_hit": bool(result.get("cache_hit")), "approval": result.get("approval"),
+            "duration_ms": step.get("duration_ms"), "worker": step.get("worker"), "attempts": step.get("attempts")}
+
+
+def trace_of(store: Store, run_id: str, agents: AgentRegistry | None = None) -> dict[str, Any] | None:
+    """The run's timeline by iteration, its transitions and its end; None if there is no such run."""
+    run = store.get_run(run_id)
+    if run is None:
+        return None
+    agent = agents.get(run.agent) if agents else None
+    iterations: dict[int, dict[str, Any]] = {}
+    for step in store.steps(run_id):
+        entry = iterations.setdefault(step["iteration"], {"iteration": step["iteration"], "model": None, "tools": []})
+        if step["kind"] == "plan":
+            entry["model"] = _model_turn(step)
+        else:
+            tool = agent.tools.get(step.get("name") or "") if agent else None
+            entry["tools"].append(_tool_call(step, tool.parameters if tool else None))
+    transitions = [{"at": _iso(t["at"]), "from": t["from_state"], "to": t["to_state"], "event": t["event_type"],
+                    "reason": t["reason"], "worker": t["worker"], "step_ms": t["step_duration_ms"]}
+                   for t in store.audit_trail(run_id)]
+    return {"run_id": run.run_id, "agent": run.agent, "goal_id": run.goal_id, "trace_id": run.trace_id,
+            "state": run.state.value, "created_at": _iso(run.created_at), "updated_at": _iso(run.updated_at),
+            "usage": _usage(run), "iterations": [iterations[i] for i in sorted(iterations)],
+            "transitions": transitions, "end": _end(run)}
+
+
+def _usage(run: RunRecord) -> dict[str, Any]:
+    return {"steps": run.steps_used, "input_tokens": run.input_tokens, "output_tokens": run.output_tokens,
+            "cost_usd": run.cost_usd}
+
+
+def _end(run: RunRecord) -> dict[str, Any] | None:
+    if not run.result:
+        return None
+    return {key: run.result.get(key) for key in ("status", "error_code", "message", "recovery_suggestion")}
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f} ms"
+
+
+def trace_lines(trace: dict[str, Any]) -> list[str]:
+    """The timeline as plain lines: nothing is cut to a terminal's width, so it reads the same piped."""
+    usage = trace["usage"]
+    lines = [f"run {trace['run_id']}  agent {trace['agent']}  {trace['state']}  started {trace['created_at']}",
+             f"  goal_id {trace['goal_id']}  trace_id {trace['trace_id']}",
+             f"  usage: {usage['steps']} model turns, {usage['input_tokens']} in + {usage['output_tokens']} out "
+             f"tokens, ${usage['cost_usd']:.6f}"]
+    for it in trace["iterations"]:
+        lines.append(f"iteration {it['iteration']}")
+        model = it["model"]
+        if model is not None:
+            retried = f", attempt {model['attempts']}" if (model["attempts"] or 1) > 1 else ""
+            lines.append(f"  model {model['model'] or '?'} → {model['decision']}  ({_ms(model['duration_ms'])}, "
+                         f"{model['input_tokens']} in / {model['output_tokens']} out tokens, "
+                         f"${model['cost_usd']:.6f}, {model['worker'] or '?'}{retried})")
+            if model["gate_notice"]:
+                lines.append(f"    gate: {model['gate_notice']}")
+        for call in it["tools"]:
+            args = json.dumps(call["arguments"], default=str, separators=(",", ":"))
+            if call["status"] == "started":
+                outcome = "running (or its worker died mid-call)"
+            elif call["ok"]:
+                outcome = "ok" + (" (cache hit)" if call["cache_hit"] else "")
+            else:
+                outcome = f"{call['error_code']}: {call['message']}"
+            approved = f", approved by {call['approval'].get('by')}" if call["approval"] else ""
+            lines.append(f"  tool {call['tool']}({args}) [{call['call_id']}] → {outcome}  "
+                         f"({_ms(call['duration_ms'])}, {call['worker'] or '?'}, attempt {call['attempts']}{approved})")
+    if trace["transitions"]:
+        lines.append("transitions")
+        for t in trace["transitions"]:
+            cause = f" on {t['event']}" if t["event"] else " (sweeper or CLI)"
+            reason = f" reason {t['reason']}" if t["reason"] else ""
+            lines.append(f"  {t['at']}  {t['from']} → {t['to']}{cause}{reason}  [{t['worker']}]")
+    end = trace["end"]
+    if end:
+        lines.append(f"end: {end['status']}" + (f" {end['error_code']}: {end['message']}" if end["error_code"] else ""))
+        if end.get("recovery_suggestion"):
+            lines.append(f"  what to do: {end['recovery_suggestion']}")
+    return lines
