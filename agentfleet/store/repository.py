@@ -34,9 +34,6 @@ def now() -> datetime:
     return datetime.now(UTC)
 
 
-_AFTER_COMMIT = "agentfleet_after_commit"  # key in Connection.info: callables to run once tx() commits
-
-
 def _utc(ts: datetime | None) -> datetime | None:
     """SQLite drops the zone; we only ever store UTC."""
     return ts.replace(tzinfo=UTC) if ts is not None and ts.tzinfo is None else ts
@@ -150,6 +147,7 @@ class Store:
     def __init__(self, engine: Engine, *, hooks: Hooks | None = None) -> None:
         self.engine = engine
         self.hooks = hooks  # told of every transition, in its transaction and after it commits (hooks/base.py)
+        self._after_commit: dict[int, list[Callable[[], None]]] = {}  # open tx() connection → what to run after
         self.dialect = engine.dialect.name
         self._local_locks: set[str] = set()
         self._local_guard = threading.Lock()
@@ -161,18 +159,19 @@ class Store:
         """A transaction; what ``after_commit`` registered in it runs once it has committed."""
         pending: list[Callable[[], None]] = []
         with self.engine.begin() as conn:
-            conn.info[_AFTER_COMMIT] = pending
+            # Kept beside the connection, not in conn.info: reading that on a connection the database
+            # dropped tries to reconnect and raises PendingRollbackError over the real (transient) error.
+            self._after_commit[id(conn)] = pending
             try:
                 yield conn
             finally:
-                conn.info.pop(_AFTER_COMMIT, None)
+                self._after_commit.pop(id(conn), None)
         for fn in pending:
             fn()
 
-    @staticmethod
-    def after_commit(conn: Connection, fn: Callable[[], None]) -> None:
+    def after_commit(self, conn: Connection, fn: Callable[[], None]) -> None:
         """Run ``fn`` once ``conn``'s transaction (opened by ``tx``) commits; outside ``tx``, now."""
-        pending = conn.info.get(_AFTER_COMMIT)
+        pending = self._after_commit.get(id(conn))
         if pending is None:
             fn()
         else:
