@@ -21,6 +21,8 @@ from agentfleet.events.contracts import Goal, Result, ResultStatus
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Run LLM agents as a fleet of message-driven workers.")
+ns_app = typer.Typer(no_args_is_help=True, help="Namespaces on the broker.")
+app.add_typer(ns_app, name="namespace")
 db_app = typer.Typer(no_args_is_help=True, help="Database schema.")
 app.add_typer(db_app, name="db")
 dlq_app = typer.Typer(no_args_is_help=True, help="Dead letters: list, show, replay, purge.")
@@ -723,6 +725,42 @@ def dlq_purge(
     if not yes and not typer.confirm(f"delete {len(_dead_letters().list(match, limit))} dead letter(s) for good?"):
         raise typer.Exit(1)
     _print_outcomes(_dead_letters().purge(match, limit), as_json)
+
+
+@ns_app.command("delete")
+def namespace_delete(
+    namespace: Annotated[str, typer.Argument(help="The namespace (AGENTFLEET_NAMESPACE of its fleet)")],
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask")] = False,
+) -> None:
+    """Delete a namespace's queues and exchanges (with what they hold) and its Redis keys.
+
+    Its runs stay in the database, which namespaces share. Stop its workers first: a live
+    worker declares everything again when it restarts."""
+    from kombu import Connection
+
+    from agentfleet.events.topology import Topology
+    from agentfleet.harness.fleet_redis import FleetRedis, connect
+    from agentfleet.workers.preflight import reach, services
+
+    from pydantic import ValidationError
+
+    try:  # the name is checked as AGENTFLEET_NAMESPACE is
+        settings = Settings(namespace=namespace)
+    except ValidationError as exc:
+        raise typer.BadParameter(exc.errors()[0]["msg"], param_hint="NAMESPACE") from None
+    topology = Topology(namespace)
+    names = [q.name for q in topology.all_queues()] + [e.name for e in
+                                                       (*topology.all_exchanges(), *topology.celery_exchanges())]
+    if not yes:
+        typer.confirm(f"delete {len(names)} queues and exchanges of namespace {namespace!r} (and what the queues "
+                      f"hold), and its Redis keys?", abort=True)
+    for service in services(settings, "broker", "redis"):
+        reach(service, settings.connect_timeout_s)
+    with Connection(settings.broker_url) as conn:
+        topology.delete(conn)
+    forgotten = FleetRedis(connect(settings), namespace).forget_namespace() if not settings.embedded else 0
+    out.print(f"deleted namespace {namespace}: {', '.join(names)}; {forgotten} Redis keys", soft_wrap=True,
+              markup=False, highlight=False)
 
 
 @db_app.command("upgrade")

@@ -18,6 +18,10 @@ EVENTS: Final = "events"  # internal Celery task messages (topic, routing key = 
 PUBLIC: Final = "public"  # plain JSON notifications out (topic)
 DEAD: Final = "dead"  # dead letters (fanout)
 UNROUTABLE: Final = "inbox.unroutable"  # the inbox's alternate exchange and its queue (fanout)
+# Celery's own: remote control (ping, inspect, pool_grow; kombu adds ".pidbox" and "reply.…") and
+# task events (Flower), namespaced so one namespace's tools neither see nor touch another's workers.
+CONTROL: Final = "control"
+CELERY_EVENTS: Final = "celeryev"
 
 # Queue suffixes (one per role, plus the inbox and dead-letter queues).
 PLANNER: Final = "planner"

@@ -161,11 +161,11 @@ def delete_redis_keys(namespace: str) -> None:
     """The namespace's health entries, breakers and cached results."""
     import redis
 
+    from agentfleet.harness.fleet_redis import FleetRedis
+
     try:
         client = redis.Redis.from_url(REDIS)
-        keys = list(client.scan_iter(f"{namespace}:*", count=1000))
-        if keys:
-            client.delete(*keys)
+        FleetRedis(client, namespace).forget_namespace()
         client.close()
     except redis.RedisError:
         pass  # Redis away: nothing of ours to clean

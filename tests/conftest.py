@@ -89,10 +89,10 @@ def namespace() -> Iterator[str]:
     if _reachable(*SERVICES["redis"]):  # the namespace's health entries, breakers, cache and locks
         import redis
 
+        from agentfleet.harness.fleet_redis import FleetRedis
+
         client = redis.Redis.from_url(REDIS_URL)
-        keys = list(client.scan_iter(f"{ns}:*", count=1000))
-        if keys:
-            client.delete(*keys)
+        FleetRedis(client, ns).forget_namespace()
         client.close()
 
 

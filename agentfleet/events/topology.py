@@ -111,6 +111,22 @@ class Topology:
     def all_exchanges(self) -> list[Exchange]:
         return [self.dead, self.unroutable, self.inbox, self.events, self.public]
 
+    @property
+    def control(self) -> str:
+        """Celery's ``control_exchange`` for this namespace (ping, inspect, pool_grow, Flower's buttons)."""
+        return self.name(C.CONTROL)
+
+    @property
+    def celery_events(self) -> str:
+        """Celery's ``event_exchange`` and event queue prefix for this namespace (what Flower watches)."""
+        return self.name(C.CELERY_EVENTS)
+
+    def celery_exchanges(self) -> list[Exchange]:
+        """The exchanges Celery declares itself for this namespace (as kombu's Mailbox and Celery name them)."""
+        return [Exchange(f"{self.control}.pidbox", type="fanout"),
+                Exchange(f"reply.{self.control}.pidbox", type="direct"),
+                Exchange(self.celery_events, type="topic")]
+
     def declare(self, connection: Connection) -> None:
         """Declare everything (idempotent). Called by every process at start-up."""
         channel = connection.default_channel
@@ -127,9 +143,12 @@ class Topology:
             queue.bind(channel).declare()
 
     def delete(self, connection: Connection) -> None:
-        """Remove everything (for tests and teardown of a namespace)."""
+        """Remove every queue and exchange of the namespace, Celery's too (deleting what is gone is a no-op).
+
+        Workers' own remote-control and event queues are exclusive or expire by themselves.
+        """
         channel = connection.default_channel
         for queue in self.all_queues():
             queue.bind(channel).delete()
-        for exchange in self.all_exchanges():
+        for exchange in [*self.all_exchanges(), *self.celery_exchanges()]:
             exchange.bind(channel).delete()

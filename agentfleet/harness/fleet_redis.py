@@ -67,6 +67,13 @@ class FleetRedis:
     def key(self, kind: str, *parts: str) -> str:
         return C.redis_key(self.namespace, kind, *parts)
 
+    def forget_namespace(self) -> int:
+        """Delete every key of the namespace (health, breakers, cache, locks); how many there were."""
+        keys = list(self.client.scan_iter(C.redis_key(self.namespace, "*"), count=1000))
+        if keys:
+            self.client.delete(*keys)
+        return len(keys)
+
     @property
     def available(self) -> bool:
         """False while an outage is known (no round trip)."""

@@ -86,6 +86,11 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "task_time_limit": C.TASK_TIME_LIMIT_S,
         # Flower sees the real work.
         "worker_send_task_events": True,
+        # A namespace isolates the control plane too: `inspect`, `control`, `agentfleet scale` and Flower
+        # in one namespace see and touch only its workers, however many namespaces share the broker.
+        "control_exchange": topology.control,
+        "event_exchange": topology.celery_events,
+        "event_queue_prefix": topology.celery_events,
         "task_send_sent_event": True,
         "worker_hijack_root_logger": False,
         # A task whose broker connection is lost cannot ack any more: its message is redelivered,
