@@ -423,7 +423,9 @@ def deny(
 def worker(
     role: Annotated[str, typer.Argument(help="planner | executor | observer")],
     concurrency: Annotated[int | None, typer.Option("--concurrency", "-c", help="Pool size")] = None,
-    pool: Annotated[str | None, typer.Option(help="threads | prefork | solo")] = None,
+    pool: Annotated[str | None, typer.Option(help="threads (resizable, the default) | prefork | solo")] = None,
+    autoscale: Annotated[str | None, typer.Option(
+        help="MAX,MIN: grow and shrink the pool with the load (instead of --concurrency)")] = None,
     loglevel: Annotated[str | None, typer.Option(help="Log level")] = None,
     hostname: Annotated[str | None, typer.Option(help="Celery node name (default role.pid@host)")] = None,
     metrics_port: Annotated[int | None, typer.Option(
@@ -433,7 +435,7 @@ def worker(
     from agentfleet.tasks.runtime import PREFLIGHT_DONE_KEY
     from agentfleet.workers.app import create_app
     from agentfleet.workers.preflight import preflight
-    from agentfleet.workers.roles import ROLES, worker_argv
+    from agentfleet.workers.roles import ROLES, pool_implementation, worker_argv
 
     if role not in ROLES:
         raise typer.BadParameter(f"role must be one of {', '.join(ROLES)}")
@@ -443,10 +445,79 @@ def worker(
     preflight(settings)  # ConfigurationError: main() prints it and exits 2, before anything is consumed
     celery_app = create_app(settings)
     celery_app.conf[PREFLIGHT_DONE_KEY] = True
-    argv = worker_argv(ROLES[role], settings.namespace, concurrency=concurrency, pool=pool,
+    celery_app.conf.worker_pool = pool_implementation(pool or ROLES[role].default_pool)
+    argv = worker_argv(ROLES[role], settings.namespace, concurrency=concurrency, autoscale=autoscale,
                        loglevel=loglevel or settings.log_level,
                        hostname=hostname or f"{role}.{os.getpid()}@%h")
     celery_app.worker_main(argv)
+
+
+def _control_plane() -> tuple[Any, Any]:
+    """The namespace's Celery app and topology, once the broker answers."""
+    from agentfleet.events.topology import Topology
+    from agentfleet.workers.app import create_app
+    from agentfleet.workers.preflight import reach, services
+
+    settings = get_settings()
+    for service in services(settings, "broker"):
+        reach(service, settings.connect_timeout_s)
+    return create_app(settings), Topology(settings.namespace)
+
+
+@app.command()
+def workers(
+    timeout: Annotated[float, typer.Option(help="Seconds to wait for workers to answer")] = 2.0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON")] = False,
+) -> None:
+    """The namespace's live workers by role: pool and size, tasks running now, and each role queue's depth."""
+    import dataclasses
+
+    from agentfleet.tasks.runtime import runtime_for
+    from agentfleet.tasks.sweeper import queue_depths
+    from agentfleet.workers.control import live_workers
+
+    celery_app, topology = _control_plane()
+    found = live_workers(celery_app, topology, timeout)
+    depths = queue_depths(runtime_for(celery_app))
+    if as_json:
+        print(json.dumps({"workers": [dataclasses.asdict(w) for w in found], "queue_depths": depths}))
+        return
+    for role in C.ROLES:
+        mine = [w for w in found if role in w.roles]
+        out.print(f"{role}: {len(mine)} worker(s), {sum(w.size for w in mine)} threads, queue depth "
+                  f"{depths.get(role, '?')}", soft_wrap=True, highlight=False)
+        for w in mine:
+            scaling = f" autoscale {w.autoscale['min']}..{w.autoscale['max']}" if w.autoscale else ""
+            out.print(f"  {w.name}  pool={w.pool} size={w.size}{scaling} active={w.active}", soft_wrap=True,
+                      markup=False, highlight=False)
+
+
+@app.command()
+def scale(
+    role: Annotated[str, typer.Argument(help="planner | executor | observer")],
+    total: Annotated[int, typer.Argument(help="Threads in all, over the role's live workers")],
+    timeout: Annotated[float, typer.Option(help="Seconds to wait for each answer")] = 2.0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON")] = False,
+) -> None:
+    """Set a role's total pool size across its live workers, live (spread evenly); prints what each confirmed."""
+    import dataclasses
+
+    from agentfleet.workers.control import scale as resize
+
+    if role not in C.ROLES:
+        raise typer.BadParameter(f"role must be one of {', '.join(C.ROLES)}")
+    if total < 1:
+        raise typer.BadParameter("at least 1")
+    celery_app, topology = _control_plane()
+    done = resize(celery_app, topology, role, total, timeout)
+    if as_json:
+        print(json.dumps([dataclasses.asdict(r) for r in done]))
+    else:
+        for r in done:
+            out.print(f"{r.name}: {r.before} → {r.after if r.after is not None else '?'} ({r.answer})",
+                      soft_wrap=True, markup=False, highlight=False)
+    if any(r.after is None for r in done):
+        raise typer.Exit(1)
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
@@ -737,12 +808,11 @@ def namespace_delete(
     Its runs stay in the database, which namespaces share. Stop its workers first: a live
     worker declares everything again when it restarts."""
     from kombu import Connection
+    from pydantic import ValidationError
 
     from agentfleet.events.topology import Topology
     from agentfleet.harness.fleet_redis import FleetRedis, connect
     from agentfleet.workers.preflight import reach, services
-
-    from pydantic import ValidationError
 
     try:  # the name is checked as AGENTFLEET_NAMESPACE is
         settings = Settings(namespace=namespace)

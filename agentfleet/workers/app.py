@@ -26,6 +26,7 @@ from agentfleet.workers.bootsteps import (
     Preflight,
     SweepTimer,
 )
+from agentfleet.workers.roles import pool_implementation
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +86,9 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "task_soft_time_limit": C.TASK_SOFT_TIME_LIMIT_S,
         "task_time_limit": C.TASK_TIME_LIMIT_S,
         # Flower sees the real work.
+        # The resizable thread pool, also for plain `celery -A agentfleet.workers.app worker` (whose
+        # default `--pool prefork` defers to this setting, as Celery documents).
+        "worker_pool": pool_implementation("threads"),
         "worker_send_task_events": True,
         # A namespace isolates the control plane too: `inspect`, `control`, `agentfleet scale` and Flower
         # in one namespace see and touch only its workers, however many namespaces share the broker.

@@ -25,6 +25,7 @@ from agentfleet.store.repository import Store
 from agentfleet.tasks.admission import admit, check_conflict, goal_event
 from agentfleet.tasks.runtime import Runtime, runtime_for, share_runtime
 from agentfleet.workers.app import create_app
+from agentfleet.workers.pool import ResizableThreadPool
 from agentfleet.workers.roles import ROLES
 
 log = logging.getLogger(__name__)
@@ -80,7 +81,7 @@ class InProcessFleet:
                 app=role_app,
                 hostname=f"{role.name}@embedded",
                 queues=[role.queue(self.settings.namespace)],
-                pool_cls="threads" if role.name == C.EXECUTOR else "solo",
+                pool_cls=ResizableThreadPool if role.name == C.EXECUTOR else "solo",
                 concurrency=self.executor_concurrency if role.name == C.EXECUTOR else 1,
                 loglevel=self.settings.log_level,
                 without_heartbeat=True,

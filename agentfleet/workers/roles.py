@@ -2,8 +2,9 @@
 
 Pools are thread pools by default: measured on 2 cores, Celery's thread pool ran
 a 3-queue chain 1.3–1.8× faster than prefork, and our handlers spend their time
-waiting on the model, the tool or the database. ``--pool prefork`` isolates
-crashes per child where a tool is not trusted.
+waiting on the model, the tool or the database. ``threads`` is the fleet's own
+resizable thread pool (workers/pool.py), so worker counts scale live.
+``--pool prefork`` isolates crashes per child where a tool is not trusted.
 """
 
 from __future__ import annotations
@@ -30,15 +31,26 @@ ROLES: dict[str, Role] = {
 }
 
 
-def worker_argv(role: Role, namespace: str, *, concurrency: int | None, pool: str | None, loglevel: str,
-                hostname: str | None = None) -> list[str]:
-    """The ``celery worker`` arguments that start one role."""
+RESIZABLE_THREADS = "agentfleet.workers.pool:ResizableThreadPool"
+
+
+def pool_implementation(pool: str) -> str:
+    """What Celery's ``worker_pool`` is set to for a pool name: ``threads`` is the fleet's resizable one."""
+    return RESIZABLE_THREADS if pool == "threads" else pool
+
+
+def worker_argv(role: Role, namespace: str, *, concurrency: int | None, loglevel: str,
+                hostname: str | None = None, autoscale: str | None = None) -> list[str]:
+    """The ``celery worker`` arguments that start one role.
+
+    No ``--pool``: Celery's option accepts only its own pool names, so the pool is the
+    app's ``worker_pool`` setting (``pool_implementation``), which Celery uses when none is given.
+    """
     return [
         "worker",
         "--queues", role.queue(namespace),
         "--hostname", hostname or f"{role.name}@%h",
-        "--concurrency", str(concurrency or role.default_concurrency),
-        "--pool", pool or role.default_pool,
+        *(["--autoscale", autoscale] if autoscale else ["--concurrency", str(concurrency or role.default_concurrency)]),
         "--loglevel", loglevel,
         "--without-mingle",
         "--without-gossip",

@@ -1,0 +1,93 @@
+"""The live fleet over Celery's remote control: who is up, in which role, with what pool; resize a role.
+
+Everything goes through the namespace's own control exchange (app.py), so one
+namespace's commands never reach another's workers. Sizes are what each worker
+reports, read again after a change: what is printed is confirmed, not assumed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from celery import Celery
+
+from agentfleet.errors import AgentfleetError
+from agentfleet.events.topology import Topology
+
+
+@dataclass(frozen=True)
+class LiveWorker:
+    name: str
+    roles: tuple[str, ...]
+    pool: str  # the pool class, short
+    size: int
+    active: int
+    autoscale: dict[str, int] | None  # {"max", "min"} when the worker autoscales
+
+
+@dataclass(frozen=True)
+class Resized:
+    name: str
+    before: int
+    after: int | None  # None: the worker did not answer the second look
+    answer: str
+
+
+def live_workers(app: Celery, topology: Topology, timeout_s: float = 2.0) -> list[LiveWorker]:
+    """Every worker of the namespace that answers within ``timeout_s``, by name."""
+    inspect = app.control.inspect(timeout=timeout_s)
+    stats: dict[str, Any] = inspect.stats() or {}
+    queues: dict[str, Any] = inspect.active_queues() or {}
+    active: dict[str, Any] = inspect.active() or {}
+    role_of = {q.name: role for role, q in topology.role_queues.items()}
+    found = []
+    for name, info in sorted(stats.items()):
+        pool = info.get("pool") or {}
+        scaler = info.get("autoscaler")
+        found.append(LiveWorker(
+            name=name,
+            roles=tuple(sorted(role_of[q["name"]] for q in queues.get(name) or [] if q.get("name") in role_of)),
+            pool=str(pool.get("implementation", "?")).rsplit(":", 1)[-1].rsplit(".", 1)[-1],
+            size=int(pool.get("max-concurrency") or 0),
+            active=len(active.get(name) or []),
+            autoscale={"max": int(scaler["max"]), "min": int(scaler["min"])} if scaler else None,
+        ))
+    return found
+
+
+def spread(total: int, count: int) -> list[int]:
+    """``total`` threads over ``count`` workers as evenly as can be (the first get the remainder)."""
+    base, extra = divmod(total, count)
+    return [base + (1 if i < extra else 0) for i in range(count)]
+
+
+def scale(app: Celery, topology: Topology, role: str, total: int, timeout_s: float = 2.0) -> list[Resized]:
+    """Set the pool size summed over ``role``'s live workers to ``total``, spread evenly."""
+    workers = [w for w in live_workers(app, topology, timeout_s) if role in w.roles]
+    if not workers:
+        raise AgentfleetError(f"no live {role} worker answers in namespace {topology.namespace!r}")
+    if total < len(workers):
+        raise AgentfleetError(f"{total} is fewer than the {len(workers)} live {role} workers (each keeps at least "
+                              "one thread); stop workers to go lower")
+    answers: dict[str, str] = {}
+    for worker, target in zip(workers, spread(total, len(workers)), strict=True):
+        answers[worker.name] = _resize(app, worker, target, timeout_s)
+    after = {w.name: w.size for w in live_workers(app, topology, timeout_s)}
+    return [Resized(w.name, w.size, after.get(w.name), answers[w.name]) for w in workers]
+
+
+def _resize(app: Celery, worker: LiveWorker, target: int, timeout_s: float) -> str:
+    where = {"destination": [worker.name], "reply": True, "timeout": timeout_s}
+    if worker.autoscale is not None:  # Celery refuses pool_grow there: move the autoscaler's ceiling
+        replies = app.control.autoscale(target, min(worker.autoscale["min"], target), **where)
+    elif target > worker.size:
+        replies = app.control.pool_grow(target - worker.size, **where)
+    elif target < worker.size:
+        replies = app.control.pool_shrink(worker.size - target, **where)
+    else:
+        return "unchanged"
+    answer = next((r[worker.name] for r in replies or [] if worker.name in r), None)
+    if not answer:
+        return "no answer"
+    return str(answer.get("ok") or answer.get("error") or answer)
