@@ -432,6 +432,7 @@ def worker(
         help="Serve Prometheus metrics on this port (0: any free port; default AGENTFLEET_METRICS_PORT)")] = None,
 ) -> None:
     """Start one role's Celery worker against the distributed fleet."""
+    from agentfleet.harness.redaction import install_for
     from agentfleet.tasks.runtime import PREFLIGHT_DONE_KEY
     from agentfleet.workers.app import create_app
     from agentfleet.workers.preflight import preflight
@@ -440,6 +441,7 @@ def worker(
     if role not in ROLES:
         raise typer.BadParameter(f"role must be one of {', '.join(ROLES)}")
     settings = get_settings()
+    install_for(settings)  # the preflight's messages are masked too
     if metrics_port is not None:
         settings = settings.model_copy(update={"metrics_port": metrics_port})
     preflight(settings)  # ConfigurationError: main() prints it and exits 2, before anything is consumed
@@ -836,11 +838,12 @@ def namespace_delete(
 @db_app.command("upgrade")
 def db_upgrade(revision: Annotated[str, typer.Argument(help="Target revision")] = "head") -> None:
     """Create or migrate the tables (Alembic)."""
+    from agentfleet.harness.redaction import redact
     from agentfleet.store import db
 
     settings: Settings = get_settings()
     db.upgrade(settings.effective_database_url, revision)
-    out.print(f"database at {revision}: {logs.redact(settings.effective_database_url)}")
+    out.print(f"database at {revision}: {redact(settings.effective_database_url)}")
 
 
 def main() -> None:

@@ -114,7 +114,8 @@ EXIT_UNREACHABLE: Final = 69  # the broker, the database or Redis not reachable 
 # way) before the timer sends it; one confirmed sent is sent again only after the stall time.
 APPROVAL_SEND_GRACE_S: Final = 2.0
 # Arguments masked wherever people or other systems see them (approval requests, the CLI).
-SECRET_NAME: Final = (r"(?i)(pass(word|wd|phrase)?|secret|token|api[_-]?key|authori[sz]ation|credential"
+# ("token" but not "tokens": input_tokens and max_tokens are counts, not credentials.)
+SECRET_NAME: Final = (r"(?i)(pass(word|wd|phrase)?|secret|token(?!s)|api[_-]?key|authori[sz]ation|credential"
                       r"|private[_-]?key|cookie)")
 REDACTED: Final = "***"
 

@@ -5,28 +5,16 @@ from __future__ import annotations
 import contextvars
 import json
 import logging
-import re
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
+from agentfleet.harness.redaction import redact
+
 _context: contextvars.ContextVar[dict[str, str]] = contextvars.ContextVar("agentfleet_log_context", default={})  # noqa: B039
-SECRET_KEY = re.compile(r"(pass(word)?|secret|token|api[_-]?key|authorization)", re.I)
-SECRET_IN_URL = re.compile(r"(://[^:/@\s]*:)([^@\s]+)(@)")  # user may be empty: redis://:pw@host
 _STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime"}
-
-
-def redact(value: Any) -> Any:
-    """Mask values under secret-looking keys and passwords inside URLs."""
-    if isinstance(value, dict):
-        return {k: "***" if SECRET_KEY.search(str(k)) else redact(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [redact(v) for v in value]
-    if isinstance(value, str):
-        return SECRET_IN_URL.sub(r"\1***\3", value)
-    return value
 
 
 @contextmanager
@@ -57,7 +45,7 @@ class JsonFormatter(logging.Formatter):
         entry.update({k: v for k, v in vars(record).items() if k not in _STANDARD and not k.startswith("_")})
         if record.exc_info:
             entry["exc"] = self.formatException(record.exc_info)
-        return json.dumps(redact(entry), default=str)
+        return json.dumps(redact(entry), default=str)  # every field, the message and the traceback
 
 
 def configure(level: str | int = "INFO", as_json: bool = True) -> None:

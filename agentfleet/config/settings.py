@@ -80,6 +80,11 @@ class Settings(BaseSettings):
     metrics_port: int | None = Field(default=None, ge=0, le=65535)
     metrics_addr: str = "127.0.0.1"
     hooks: str = ""
+    # OpenTelemetry spans (one trace per run): "otlp" (OTEL_EXPORTER_OTLP_* say where) or "console"; empty: none.
+    otel_exporter: str = ""
+    # Values masked wherever they would leave the fleet (logs, public notifications, Flower, the CLI),
+    # comma-separated; service URL passwords and secret-named environment variables are masked anyway.
+    redact_values: str = ""
     # How long a worker at start, or a CLI command, tries to reach each service before it exits non-zero.
     connect_timeout_s: float = Field(default=constants.CONNECT_TIMEOUT_S, ge=0)
 

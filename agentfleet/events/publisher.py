@@ -21,6 +21,7 @@ from pydantic import BaseModel
 from agentfleet import constants as C
 from agentfleet.events.envelope import Envelope
 from agentfleet.events.topology import Topology
+from agentfleet.harness.redaction import redact
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +40,10 @@ class Publisher:
             self.app.send_task(
                 str(env.type),
                 kwargs={"envelope": env.wire()},
+                # What Flower and `celery events` show of the task: which event, never its payload
+                # (tool arguments and outputs, goal inputs).
+                argsrepr="()",
+                kwargsrepr=f"{{'envelope': <{env.type} run={env.run_id} event={env.event_id}>}}",
                 task_id=env.event_id,
                 queue=self.topology.queue_for(env.type),
                 exchange=self.topology.events.name,
@@ -80,8 +85,8 @@ class Publisher:
             )
 
     def publish_public(self, event_type: str, body: Mapping[str, Any], run_id: str) -> None:
-        self.publish_json(self.topology.public, event_type, {"type": event_type, "run_id": run_id, **body},
-                          declare=[self.topology.public])
+        self.publish_json(self.topology.public, event_type,
+                          redact({"type": event_type, "run_id": run_id, **body}), declare=[self.topology.public])
 
     def reply(self, reply_to: str, correlation_id: str | None, answer: BaseModel) -> None:
         """A Result (or an approval's answer) to a client's reply queue (default exchange, routing key = queue
@@ -107,6 +112,7 @@ class Publisher:
         headers are kept so ``agentfleet dlq replay`` can send it back as it was; headers the
         broker sets when it dead-letters, and any ``x-agentfleet-*`` a client set itself, are not.
         """
+        reason = redact(reason)  # the body is kept as it was, for replay; the reason is shown to people
         extra = {
             **client_headers(headers),
             C.HEADER_DEAD_REASON: reason[:1000],

@@ -1,31 +1,113 @@
-"""Tool arguments as people and other systems may see them: secrets masked.
+"""Secrets masked wherever people or other systems see them: logs, public notifications, approval
+requests, the CLI, Flower.
 
-Approval requests go to ``<ns>.public``, the CLI and the run's history, where a
-password a model passed to a tool has no business. An argument is masked when its
-schema says it is secret (``SecretStr`` gives ``writeOnly``/``format: password``) or
-its name looks like one, at any depth.
+One place decides what a secret is:
+
+* a value configured as one (``AGENTFLEET_REDACT_VALUES``), the passwords in the
+  broker, database and Redis URLs, and the value of every environment variable whose
+  name looks secret (``OPENAI_API_KEY``, ``DB_PASSWORD``, …), wherever it appears in
+  a string;
+* a common credential pattern: a password in a URL, a bearer token, a provider's API
+  key shape (OpenAI, Anthropic, AWS, GitHub, Slack), ``password=…`` in a message;
+* a value under a secret-looking name, at any depth, or one a tool's schema marks
+  secret (``SecretStr`` gives ``writeOnly`` / ``format: password``).
+
+What the fleet needs to work (the transcript the model reads, a tool's arguments) is
+stored as it is; masking is for what leaves it. Each process installs its redactor
+once it knows its settings (``install``); until then the patterns still apply.
 """
 
 from __future__ import annotations
 
+import os
 import re
-from typing import Any
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy.engine import make_url
 
 from agentfleet.constants import REDACTED, SECRET_NAME
 
+if TYPE_CHECKING:
+    from agentfleet.config.settings import Settings
+
 _SECRET = re.compile(SECRET_NAME)
+MIN_SECRET_CHARS = 6  # a shorter configured value would mask ordinary words
+PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"(://[^:/@\s]*:)([^@\s]+)(@)"), rf"\1{REDACTED}\3"),  # scheme://user:password@host (user may be empty)
+    (re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{8,}"), rf"\1 {REDACTED}"),
+    (re.compile(r"\bsk-(?:ant-|proj-)?[A-Za-z0-9_-]{16,}"), REDACTED),  # OpenAI and Anthropic keys
+    (re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"), REDACTED),  # AWS access key ids
+    (re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{30,})"), REDACTED),
+    (re.compile(r"\bxox[abposr]-[A-Za-z0-9-]{10,}"), REDACTED),  # Slack
+    (re.compile(rf"({SECRET_NAME.removeprefix('(?i)')}[\"']?\s*[=:]\s*[\"']?)([^\s\"',;&}}]+)", re.I),
+     rf"\1{REDACTED}"),  # password=…, "api_key": "…"
+)
 
 
-def redact(arguments: dict[str, Any], schema: dict[str, Any] | None = None) -> dict[str, Any]:
-    properties = (schema or {}).get("properties") or {}
-    secret = {name for name, spec in properties.items()
-              if isinstance(spec, dict) and (spec.get("writeOnly") or spec.get("format") == "password")}
-    return {k: REDACTED if k in secret or _SECRET.search(k) else _mask(v) for k, v in arguments.items()}
+class Redactor:
+    """Masks configured secret values and credential patterns in strings, and secret-named values in data."""
+
+    def __init__(self, values: Iterable[str] = ()) -> None:
+        kept = {v for v in values if v and len(v) >= MIN_SECRET_CHARS}
+        self.values = tuple(sorted(kept, key=len, reverse=True))  # longest first: no half-masked secret
+        self._values = re.compile("|".join(re.escape(v) for v in self.values)) if self.values else None
+
+    @classmethod
+    def from_settings(cls, settings: Settings, environ: dict[str, str] | None = None) -> Redactor:
+        env = os.environ if environ is None else environ
+        values = [v.strip() for v in settings.redact_values.split(",")]
+        for url in (settings.broker_url, settings.database_url, settings.redis_url):
+            try:
+                password = make_url(url).password if "://" in url else None
+            except Exception:
+                password = None
+            if password:
+                values.append(str(password))
+        values += [value for name, value in env.items() if _SECRET.search(name)]
+        return cls(values)
+
+    def text(self, value: str) -> str:
+        if self._values is not None:
+            value = self._values.sub(REDACTED, value)
+        for pattern, replacement in PATTERNS:
+            value = pattern.sub(replacement, value)
+        return value
+
+    def data(self, value: Any, schema: dict[str, Any] | None = None) -> Any:
+        """``value`` with every string masked and every secret-named (or schema-secret) entry replaced."""
+        if isinstance(value, dict):
+            properties = (schema or {}).get("properties") or {}
+            marked = {name for name, spec in properties.items()
+                      if isinstance(spec, dict) and (spec.get("writeOnly") or spec.get("format") == "password")}
+            return {k: REDACTED if k in marked or (isinstance(k, str) and _SECRET.search(k)) else self.data(v)
+                    for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            return [self.data(v) for v in value]
+        if isinstance(value, str):
+            return self.text(value)
+        return value
 
 
-def _mask(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: REDACTED if isinstance(k, str) and _SECRET.search(k) else _mask(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_mask(v) for v in value]
-    return value
+_active = Redactor()
+
+
+def install(redactor: Redactor) -> None:
+    """This process's redactor (set once its settings are known: runtime, logging, CLI)."""
+    global _active
+    _active = redactor
+
+
+def install_for(settings: Settings) -> Redactor:
+    redactor = Redactor.from_settings(settings)
+    install(redactor)
+    return redactor
+
+
+def active() -> Redactor:
+    return _active
+
+
+def redact(value: Any, schema: dict[str, Any] | None = None) -> Any:
+    """``value`` as it may be shown or sent: see the module's note."""
+    return _active.data(value, schema)

@@ -19,6 +19,7 @@ from sqlalchemy import Connection
 from agentfleet.errors import RECOVERY_SUGGESTIONS, AgentfleetError, ErrorCode, MalformedEvent
 from agentfleet.events.contracts import Result, ResultStatus
 from agentfleet.events.envelope import Envelope, EventType, GoalSubmitted, RunEnded, decode
+from agentfleet.harness.redaction import redact
 from agentfleet.hooks.base import StepInfo
 from agentfleet.logs import log_context
 from agentfleet.loop.keys import derived_event_id
@@ -149,7 +150,9 @@ def _retry_later(task: EventTask, step: Step, exc: Exception) -> str:
     kwargs = {**(task.request.kwargs or {})}
     if isinstance(exc, CommitPending):
         kwargs["carried"] = exc.carry
-    raise task.retry(exc=exc, countdown=delay, kwargs=kwargs)
+    # Celery sends the exception to Flower (task-retried): its text, masked, not the original (a database
+    # error quotes the statement's parameters, a tool's arguments among them).
+    raise task.retry(exc=AgentfleetError(redact(f"{type(exc).__name__}: {exc}")), countdown=delay, kwargs=kwargs)
 
 
 def _failed_for_good(step: Step, exc: Exception) -> str:

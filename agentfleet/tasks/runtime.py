@@ -15,6 +15,7 @@ from agentfleet.events.publisher import Publisher
 from agentfleet.events.topology import Topology
 from agentfleet.harness.dispatch import ToolDispatch
 from agentfleet.harness.fleet_redis import FleetRedis, connect
+from agentfleet.harness.redaction import install_for
 from agentfleet.hooks.base import Hooks
 from agentfleet.hooks.loading import build_hooks
 from agentfleet.store.db import make_engine
@@ -54,6 +55,7 @@ def runtime_for(app: Celery) -> Runtime:
         existing = getattr(app, "_agentfleet_runtime", None)
         if existing is None:
             settings = settings_of(app)
+            install_for(settings)  # what this process logs, publishes publicly and shows is masked from now on
             topology = Topology(settings.namespace)
             publisher = Publisher(app, topology)
             redis = FleetRedis(connect(settings), settings.namespace)

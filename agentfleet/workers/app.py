@@ -15,6 +15,7 @@ from agentfleet import logs
 from agentfleet.config.settings import Settings, get_settings
 from agentfleet.events.topology import Topology
 from agentfleet.events.wire import install_bounded_decompression
+from agentfleet.harness.redaction import install_for
 from agentfleet.tasks.catalog import register_tasks
 from agentfleet.tasks.runtime import SETTINGS_KEY
 from agentfleet.workers.bootsteps import (
@@ -122,6 +123,7 @@ def create_app(settings: Settings | None = None) -> Celery:
 @setup_logging.connect
 def _configure_logging(loglevel: Any = None, **_: Any) -> None:
     settings = get_settings()
+    install_for(settings)
     logs.configure(settings.log_level if loglevel is None else loglevel, settings.log_json)
 
 

@@ -23,7 +23,7 @@ from agentfleet.events.contracts import Goal
 from agentfleet.store import db
 from agentfleet.store.repository import Store
 from agentfleet.tasks.admission import admit, check_conflict, goal_event
-from agentfleet.tasks.runtime import Runtime, runtime_for, share_runtime
+from agentfleet.tasks.runtime import PREFLIGHT_DONE_KEY, Runtime, runtime_for, share_runtime
 from agentfleet.workers.app import create_app
 from agentfleet.workers.pool import ResizableThreadPool
 from agentfleet.workers.roles import ROLES
@@ -76,6 +76,7 @@ class InProcessFleet:
             # One app per role: a worker's queue selection lives on its app, so workers sharing
             # one app would all consume the last role's queue. They share the runtime (one store).
             role_app = create_app(self.settings)
+            role_app.conf[PREFLIGHT_DONE_KEY] = True  # the database was just migrated; the agents are loaded
             share_runtime(role_app, self.runtime)
             worker = _ReadyWorker(
                 app=role_app,

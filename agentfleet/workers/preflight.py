@@ -21,8 +21,8 @@ from typing import Any
 from agentfleet.config.agents import load_agents
 from agentfleet.config.settings import Settings
 from agentfleet.errors import ConfigurationError, ServiceUnreachable
+from agentfleet.harness.redaction import redact
 from agentfleet.hooks.loading import user_hooks
-from agentfleet.logs import redact
 from agentfleet.store import db
 
 log = logging.getLogger(__name__)
