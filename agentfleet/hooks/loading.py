@@ -40,4 +40,11 @@ def build_hooks(settings: Settings) -> Hooks:
         from agentfleet.hooks.metrics import PrometheusHook
 
         hooks.append(PrometheusHook())
+    if settings.otel_exporter:
+        try:
+            from agentfleet.hooks.tracing import TracingHook
+        except ImportError as exc:
+            raise ConfigurationError("AGENTFLEET_OTEL_EXPORTER needs OpenTelemetry: pip install 'agentfleet[otel]'"
+                                     ) from exc
+        hooks.append(TracingHook(settings.otel_exporter))
     return Hooks([*hooks, *user_hooks(settings.hooks)])
