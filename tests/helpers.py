@@ -171,3 +171,42 @@ def eventually(what: Callable[[], Any], timeout: float = 30.0, message: str = ""
             return value
         time.sleep(0.02)
     raise AssertionError(f"not within {timeout}s: {message}")
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on now (for a worker's metrics or Flower)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def flower(env: dict[str, str], logdir: Path) -> Iterator[str]:
+    """`agentfleet flower` with its API open, started with ``env``; yields its base URL once it answers."""
+    import sys
+
+    import httpx
+
+    from tests.conftest import ROOT
+
+    port = free_port()
+    log = (logdir / f"flower-{port}.log").open("wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "agentfleet.cli", "flower", "--port", str(port), "--unauthenticated-api"],
+        env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"{base}/healthcheck", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        else:
+            raise TimeoutError(f"flower did not start: {(logdir / f'flower-{port}.log').read_text()}")
+        yield base
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 
@@ -12,38 +9,15 @@ import httpx
 import pytest
 
 from agentfleet import constants as C
-from tests.conftest import ROOT, WorkerProcs
+from tests.conftest import WorkerProcs
 from tests.helpers import AmqpClient
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from tests.helpers import flower as flower_process
 
 
 @pytest.fixture
 def flower(workers: WorkerProcs) -> Iterator[str]:
-    port = free_port()
-    log = (workers.logdir / "flower.log").open("wb")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "agentfleet.cli", "flower", "--port", str(port), "--unauthenticated-api"],
-        env=workers.env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-    )
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{base}/healthcheck", timeout=1).status_code == 200:
-                break
-        except httpx.HTTPError:
-            time.sleep(0.2)
-    else:
-        proc.kill()
-        raise TimeoutError(f"flower did not start: {(workers.logdir / 'flower.log').read_text()}")
-    yield base
-    proc.terminate()
-    proc.wait(timeout=10)
+    with flower_process(workers.env, workers.logdir) as base:
+        yield base
 
 
 def test_flower_lists_the_role_workers_and_the_runs_tasks_by_event_type(

@@ -2,21 +2,13 @@
 
 from __future__ import annotations
 
-import socket
-
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from agentfleet import constants as C
 from agentfleet.store.repository import Store
 from tests.conftest import WorkerProcs
-from tests.helpers import AmqpClient, eventually
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from tests.helpers import AmqpClient, eventually, free_port
 
 
 def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

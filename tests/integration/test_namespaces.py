@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import subprocess
 import sys
 import uuid
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 import redis
 from kombu import Connection
@@ -18,6 +21,7 @@ from agentfleet.events.topology import Topology
 from agentfleet.workers.app import create_app
 from agentfleet.workers.processes import WorkerProcesses
 from tests.conftest import BROKER_URL, REDIS_URL, ROOT, WorkerProcs
+from tests.helpers import eventually, flower
 
 
 def app_for(namespace: str):  # type: ignore[no-untyped-def]
@@ -50,6 +54,24 @@ def test_two_namespaces_on_one_broker_see_and_touch_only_their_own_workers(
             with contextlib.suppress(TimeoutError):
                 receiver.capture(limit=2, timeout=30, wakeup=True)  # heartbeats: one per 2 s
         assert events and {e["hostname"] for e in events} == {workers.name(C.EXECUTOR, 0)}, events[:3]
+
+        def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run([sys.executable, "-m", "agentfleet.cli", *args], capture_output=True, text=True,
+                                  cwd=ROOT, env=env, timeout=120)
+
+        listed = json.loads(cli(workers.env, "workers", "--json").stdout)
+        assert [w["name"] for w in listed["workers"]] == [workers.name(C.EXECUTOR, 0)]
+        scaled = cli(workers.env, "scale", "executor", "3", "--json")
+        assert scaled.returncode == 0 and [r["after"] for r in json.loads(scaled.stdout)] == [3], scaled.stderr
+        listed = json.loads(cli(theirs.env, "workers", "--json").stdout)  # the other namespace: untouched
+        assert [(w["name"], w["size"]) for w in listed["workers"]] == [(theirs.name(C.EXECUTOR, 0), 8)]
+
+        with flower(workers.env, workers.logdir) as base:  # Flower in one namespace lists only its workers
+            def flower_workers() -> Any:
+                answer = httpx.get(f"{base}/api/workers", params={"refresh": "1"}, timeout=10)
+                return answer.json() if answer.status_code == 200 and answer.json() else None
+
+            assert set(eventually(flower_workers, timeout=60)) == {workers.name(C.EXECUTOR, 0)}
     finally:
         theirs.stop()
         with Connection(BROKER_URL) as conn:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 from typing import Any
@@ -16,13 +15,7 @@ from agentfleet.events.topology import Topology
 from agentfleet.workers.app import create_app
 from agentfleet.workers.control import live_workers
 from tests.conftest import BROKER_URL, ROOT, WorkerProcs
-from tests.helpers import AmqpClient, eventually
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from tests.helpers import AmqpClient, eventually, flower
 
 
 def sizes(namespace: str) -> dict[str, int]:
@@ -54,25 +47,14 @@ def test_an_executor_scales_from_one_to_three_and_back_while_runs_keep_finishing
     [row] = [w for w in listed["workers"] if w["name"] == executor]
     assert (row["roles"], row["pool"], row["size"]) == (["executor"], "ResizableThreadPool", 3)
 
-    flower_port = free_port()
-    flower = subprocess.Popen([sys.executable, "-m", "agentfleet.cli", "flower", "--port", str(flower_port),
-                               "--unauthenticated-api"], cwd=ROOT, env=workers.env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
+    with flower(workers.env, workers.logdir) as base:
         def shrink_through_flower() -> Any:
-            try:
-                answer = httpx.post(f"http://127.0.0.1:{flower_port}/api/worker/pool/shrink/{executor}",
-                                    params={"n": 1}, timeout=10)
-            except httpx.TransportError:
-                return None  # not listening yet
+            answer = httpx.post(f"{base}/api/worker/pool/shrink/{executor}", params={"n": 1}, timeout=10)
             return answer if answer.status_code != 404 else None  # 404 until Flower has seen the worker
 
         answer = eventually(shrink_through_flower, timeout=60, message="Flower answers for the worker")
         assert answer.status_code == 200, answer.text
         assert sizes(namespace) == {executor: 2}
-    finally:
-        flower.terminate()
-        flower.wait(timeout=30)
 
     back = cli("scale", "executor", "1", "--json")
     assert back.returncode == 0, back.stderr
