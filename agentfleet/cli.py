@@ -10,13 +10,14 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from agentfleet import constants as C
 from agentfleet import logs
 from agentfleet.config.agents import load_agents
 from agentfleet.config.settings import Settings, get_settings
-from agentfleet.errors import AgentfleetError, GoalRejected, ServiceUnreachable
+from agentfleet.errors import AgentfleetError, ConfigurationError, GoalRejected, ServiceUnreachable
 from agentfleet.events.contracts import Goal, Result, ResultStatus
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -850,7 +851,8 @@ def main() -> None:
     try:
         app()
     except AgentfleetError as exc:
-        err.print(f"[red]error[/] {exc.code}: {exc}", soft_wrap=True)  # one line: a URL is never cut
+        kind = "configuration" if isinstance(exc, ConfigurationError) else exc.code
+        err.print(f"[red]error[/] {kind}: {escape(str(exc))}", soft_wrap=True)  # one line: a URL is never cut
         sys.exit(C.EXIT_UNREACHABLE if isinstance(exc, ServiceUnreachable) else C.EXIT_CONFIGURATION)
 
 

@@ -135,4 +135,7 @@ def load_agents(modules: Iterable[str]) -> AgentRegistry:
             importlib.import_module(module)
         except ImportError as exc:
             raise ConfigurationError(f"cannot import agents module {module!r}: {exc}") from exc
+        except Exception as exc:  # a wrong declaration: one line naming the module and the fault, exit 2
+            raise ConfigurationError(f"agents module {module!r} failed while declaring its agents: "
+                                     f"{type(exc).__name__}: {exc}") from exc
     return registry

@@ -113,3 +113,9 @@ def test_a_cli_command_that_cannot_reach_the_database_names_the_setting(namespac
     assert done.returncode == C.EXIT_UNREACHABLE, done.stdout[-2000:] + done.stderr[-2000:]
     assert "AGENTFLEET_DATABASE_URL" in done.stderr and "Traceback" not in done.stderr
     assert "canary-" not in done.stdout + done.stderr
+
+
+def test_an_invalid_agent_declaration_stops_the_worker_before_it_consumes(namespace: str, pg_url: str) -> None:
+    done = start_worker(env_for(namespace, pg_url, agents="tests.fixtures.bad_agents"))
+    assert done.returncode == C.EXIT_CONFIGURATION, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "no_such_tool" in done.stderr and "Traceback" not in done.stderr, done.stderr[-2000:]
