@@ -433,18 +433,24 @@ def worker(
         help="Serve Prometheus metrics on this port (0: any free port; default AGENTFLEET_METRICS_PORT)")] = None,
 ) -> None:
     """Start one role's Celery worker against the distributed fleet."""
-    from agentfleet.harness.redaction import install_for
-    from agentfleet.tasks.runtime import PREFLIGHT_DONE_KEY
-    from agentfleet.workers.app import create_app
-    from agentfleet.workers.preflight import preflight
     from agentfleet.workers.roles import ROLES, pool_implementation, worker_argv
 
     if role not in ROLES:
         raise typer.BadParameter(f"role must be one of {', '.join(ROLES)}")
     settings = get_settings()
-    install_for(settings)  # the preflight's messages are masked too
     if metrics_port is not None:
         settings = settings.model_copy(update={"metrics_port": metrics_port})
+    if settings.metrics_port is not None and (pool or ROLES[role].default_pool) == "prefork":
+        from agentfleet.hooks.metrics_dir import use_multiprocess_metrics
+
+        use_multiprocess_metrics(role)  # before anything imports prometheus-client (workers.app does)
+
+    from agentfleet.harness.redaction import install_for
+    from agentfleet.tasks.runtime import PREFLIGHT_DONE_KEY
+    from agentfleet.workers.app import create_app
+    from agentfleet.workers.preflight import preflight
+
+    install_for(settings)  # the preflight's messages are masked too
     preflight(settings)  # ConfigurationError: main() prints it and exits 2, before anything is consumed
     celery_app = create_app(settings)
     celery_app.conf[PREFLIGHT_DONE_KEY] = True

@@ -8,9 +8,9 @@ own, not prometheus-client's global one, so two fleets in one process (tests,
 embedded) never add to each other's counters. Queue depths are read from the
 broker when scraped.
 
-Under ``--pool prefork`` each child counts its own: this hook does not use
-prometheus-client's multiprocess mode yet, so run metrics on the thread pool (the
-default) or scrape per child.
+Under ``--pool prefork`` tasks run in child processes: ``agentfleet worker`` then
+turns on prometheus-client's multiprocess mode (``metrics_dir.py``), every process
+writes its values to a directory, and the parent's endpoint serves their sum.
 """
 
 from __future__ import annotations
@@ -22,9 +22,11 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
 from agentfleet.hooks.base import Hook, ModelCallInfo, StepInfo, ToolCallInfo, Transition
+from agentfleet.hooks.metrics_dir import multiprocess
 from agentfleet.loop.states import RunState, is_terminal
 
 if TYPE_CHECKING:
@@ -83,7 +85,12 @@ class PrometheusHook(Hook):
         """Start the scrape endpoint once per process (an embedded fleet's three workers share it)."""
         with self._serving:
             if self._served is None:
-                server, _ = start_http_server(port, addr=addr, registry=self.registry)
+                registry = self.registry
+                if multiprocess():  # prefork: sum what every child wrote, and ask the broker for depths here
+                    registry = CollectorRegistry()
+                    MultiProcessCollector(registry)
+                    registry.register(self.depths)
+                server, _ = start_http_server(port, addr=addr, registry=registry)
                 self._served = (addr, int(server.server_address[1]))
                 log.info("metrics served", extra={"addr": addr, "port": self._served[1]})
             return self._served

@@ -60,3 +60,23 @@ def test_each_worker_counts_what_it_did_in_one_run(workers: WorkerProcs, namespa
     assert [r["to_state"] for r in trail] == ["PLANNING", "EXECUTING", "OBSERVING", "PLANNING", "EXECUTING",
                                               "OBSERVING", "PLANNING", "SUCCEEDED"]
     assert {r["worker"].split("@")[0].split(".")[0] for r in trail} == {C.PLANNER, C.OBSERVER}
+
+
+def test_a_prefork_executor_serves_what_its_children_counted(workers: WorkerProcs, namespace: str) -> None:
+    port = free_port()
+    workers.start(C.PLANNER)
+    workers.start(C.OBSERVER)
+    workers.start(C.EXECUTOR, "--pool", "prefork", "--concurrency", "2", "--metrics-port", str(port))
+    workers.wait_ready()
+    client = AmqpClient()
+    client.publish_goal(namespace, "goal.ledger", {"agent": "ledger", "input": {}})
+    [reply] = client.replies(1, timeout=60).values()
+    client.close()
+    assert reply["status"] == "succeeded", reply
+    samples = eventually(lambda: (s := scrape(port)) and value(s, "agentfleet_tool_calls_total",
+                                                               tool="append_ledger", code="ok") == 4 and s,
+                         timeout=10, message="the children's tool calls, summed by the parent")
+    assert value(samples, "agentfleet_tool_calls_total", tool="slow_echo", code="ok") == 3
+    assert value(samples, "agentfleet_events_handled_total", role="executor", event="tool.requested",
+                 outcome="published") == 7
+    assert ("agentfleet_queue_depth", (("role", "executor"),)) in samples
