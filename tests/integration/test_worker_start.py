@@ -105,6 +105,16 @@ def test_the_plain_celery_command_refuses_a_database_whose_migrations_are_behind
     assert "agentfleet db upgrade" in done.stdout + done.stderr
 
 
+def test_submit_that_cannot_reach_the_broker_names_the_setting(namespace: str, pg_url: str) -> None:
+    env = {**os.environ, **env_for(namespace, pg_url),
+           "AGENTFLEET_BROKER_URL": UNREACHABLE["AGENTFLEET_BROKER_URL"], "AGENTFLEET_CONNECT_TIMEOUT_S": "1"}
+    done = subprocess.run([sys.executable, "-m", "agentfleet.cli", "submit", "ledger"], env=env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == C.EXIT_UNREACHABLE, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "AGENTFLEET_BROKER_URL" in done.stderr and "Traceback" not in done.stderr
+    assert "canary-" not in done.stdout + done.stderr
+
+
 def test_a_cli_command_that_cannot_reach_the_database_names_the_setting(namespace: str, pg_url: str) -> None:
     env = {**os.environ, **env_for(namespace, pg_url),
            "AGENTFLEET_DATABASE_URL": UNREACHABLE["AGENTFLEET_DATABASE_URL"], "AGENTFLEET_CONNECT_TIMEOUT_S": "1"}
