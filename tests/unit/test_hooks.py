@@ -112,8 +112,9 @@ def test_the_metrics_endpoint_serves_the_counters_and_queue_depths(fleet: Embedd
 
 def test_user_hooks_see_every_step_tool_and_model_call_and_a_broken_hook_stops_nothing(fleet: EmbeddedFleet) -> None:
     run_id = ledger_run(fleet)  # succeeded although Broken raised from every method
-    seen = eventually(lambda: (s := Recorder.seen.get(run_id)) and sum(1 for e in s if e[0] == "after_step") >= 17
-                      and s, timeout=10)
+    # 18 steps: the goal, 7 tool calls, 7 tool results, 2 observations and the run's end (its notice)
+    seen = eventually(lambda: (s := Recorder.seen.get(run_id)) and sum(1 for e in s if e[0] == "after_step") == 18
+                      and list(s), timeout=10)
     tools = [e for e in seen if e[0] == "after_tool"]
     assert sorted(e[2] for e in tools) == ["a1", "a2", "a3", "a4", "e1", "e2", "e3"]
     assert all(e[3] is True and e[4] is True for e in tools)
