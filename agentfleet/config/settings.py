@@ -77,6 +77,7 @@ class Settings(BaseSettings):
     # metrics_addr:metrics_port by each worker (unset: no metrics; 0: any free port), and the user's own
     # hooks as comma-separated module:attribute entries.
     audit: bool = True
+    audit_log: Path | None = None  # also append each committed transition here as a JSON line
     metrics_port: int | None = Field(default=None, ge=0, le=65535)
     metrics_addr: str = "127.0.0.1"
     hooks: str = ""

@@ -32,10 +32,10 @@ def user_hooks(spec: str) -> list[Hook]:
 
 def build_hooks(settings: Settings) -> Hooks:
     hooks: list[Hook] = []
-    if settings.audit:
+    if settings.audit or settings.audit_log:
         from agentfleet.hooks.audit import AuditHook
 
-        hooks.append(AuditHook())
+        hooks.append(AuditHook(table=settings.audit, log_path=settings.audit_log))
     if settings.metrics_port is not None:
         from agentfleet.hooks.metrics import PrometheusHook
 

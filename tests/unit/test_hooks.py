@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
 import httpx
@@ -19,7 +20,9 @@ from tests.helpers import embedded_fleet, eventually, wait_for_run
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedFleet]:
-    with embedded_fleet(tmp_path_factory.mktemp("ws"), "tests.fixtures.agents", AGENTFLEET_METRICS_PORT="0",
+    workspace = tmp_path_factory.mktemp("ws")
+    with embedded_fleet(workspace, "tests.fixtures.agents", AGENTFLEET_METRICS_PORT="0",
+                        AGENTFLEET_AUDIT_LOG=str(workspace / "audit.jsonl"),
                         AGENTFLEET_HOOKS="tests.fixtures.hooks:Broken,tests.fixtures.hooks:Recorder") as running:
         yield running
 
@@ -65,6 +68,11 @@ def test_the_audit_trail_has_one_record_per_transition_in_order(fleet: EmbeddedF
     assert (trail[-1]["input_tokens"], trail[-1]["output_tokens"], trail[-1]["cost_usd"]) == (
         run.input_tokens, run.output_tokens, run.cost_usd)
     assert trail[-1]["reason"] is None
+    # The audit log file has the same records, once committed (as JSON lines, nothing else in that file).
+    logged = [json.loads(line) for line in (fleet.workspace / "audit.jsonl").read_text().splitlines()]  # type: ignore[attr-defined]
+    mine = [(r["from_state"], r["to_state"], r["event_id"]) for r in logged if r["run_id"] == run_id]
+    # (each line is written by its worker thread right after its commit: compare as records, not by position)
+    assert sorted(mine) == sorted((r["from_state"], r["to_state"], r["event_id"]) for r in trail)
 
 
 def test_a_run_that_fails_is_audited_with_its_error_code(fleet: EmbeddedFleet) -> None:
