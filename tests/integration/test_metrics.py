@@ -21,16 +21,22 @@ def value(samples: dict, name: str, **labels: str) -> float:
     return samples.get((name, tuple(sorted(labels.items()))), 0.0)
 
 
-def test_each_worker_counts_what_it_did_in_one_run(workers: WorkerProcs, namespace: str, store: Store) -> None:
-    ports = {role: free_port() for role in C.ROLES}
-    for role in C.ROLES:
-        workers.start(role, "--metrics-port", str(ports[role]))
-    workers.wait_ready()
+def ledger_run(namespace: str) -> dict:
+    """One run of the ledger agent (4 appends, 3 echoes, 3 model turns) through the inbox; its Result."""
     client = AmqpClient()
     client.publish_goal(namespace, "goal.ledger", {"agent": "ledger", "input": {}})
     [reply] = client.replies(1, timeout=60).values()
     client.close()
     assert reply["status"] == "succeeded", reply
+    return reply
+
+
+def test_each_worker_counts_what_it_did_in_one_run(workers: WorkerProcs, namespace: str, store: Store) -> None:
+    ports = {role: free_port() for role in C.ROLES}
+    for role in C.ROLES:
+        workers.start(role, "--metrics-port", str(ports[role]))
+    workers.wait_ready()
+    reply = ledger_run(namespace)
 
     def settled() -> dict[str, dict]:
         got = {role: scrape(port) for role, port in ports.items()}
@@ -68,11 +74,7 @@ def test_a_prefork_executor_serves_what_its_children_counted(workers: WorkerProc
     workers.start(C.OBSERVER)
     workers.start(C.EXECUTOR, "--pool", "prefork", "--concurrency", "2", "--metrics-port", str(port))
     workers.wait_ready()
-    client = AmqpClient()
-    client.publish_goal(namespace, "goal.ledger", {"agent": "ledger", "input": {}})
-    [reply] = client.replies(1, timeout=60).values()
-    client.close()
-    assert reply["status"] == "succeeded", reply
+    ledger_run(namespace)
     samples = eventually(lambda: (s := scrape(port)) and value(s, "agentfleet_tool_calls_total",
                                                                tool="append_ledger", code="ok") == 4 and s,
                          timeout=10, message="the children's tool calls, summed by the parent")
