@@ -9,7 +9,9 @@ from agentfleet.errors import (
     AgentfleetError,
     ErrorCode,
     GoalRejected,
+    ModelAuthError,
     ModelError,
+    ModelUnavailable,
     ToolError,
     TransientToolError,
 )
@@ -21,6 +23,7 @@ from agentfleet.loop.budgets import Limits
 from agentfleet.loop.transcript import Message, ModelTurn, ToolCall, ToolResult, Usage
 from agentfleet.models.base import Model, ModelRequest
 from agentfleet.models.replay import ReplayModel
+from agentfleet.models.retrying import RetryingModel, RetryPolicy
 from agentfleet.models.scripted import ScriptedModel
 
 __version__ = "0.1.0"
@@ -36,12 +39,16 @@ __all__ = [
     "Limits",
     "Message",
     "Model",
+    "ModelAuthError",
     "ModelError",
     "ModelRequest",
     "ModelTurn",
+    "ModelUnavailable",
     "ReplayModel",
     "Result",
     "ResultStatus",
+    "RetryPolicy",
+    "RetryingModel",
     "ScriptedModel",
     "Settings",
     "Tool",

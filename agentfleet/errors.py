@@ -31,6 +31,7 @@ class ErrorCode(StrEnum):
     APPROVAL_DENIED = "APPROVAL_DENIED"  # a person denied a tool call (the model sees it as the call's result)
     APPROVAL_EXPIRED = "APPROVAL_EXPIRED"  # nobody answered an approval request before it expired
     MODEL_ERROR = "MODEL_ERROR"  # the model adapter failed or returned something unusable
+    MODEL_AUTH = "MODEL_AUTH"  # the model provider refused the credentials
     # Tools (structured results handed to the model).
     UNKNOWN_TOOL = "UNKNOWN_TOOL"
     INVALID_ARGUMENTS = "INVALID_ARGUMENTS"
@@ -75,6 +76,7 @@ RECOVERY_SUGGESTIONS: dict[ErrorCode, str] = {
     ErrorCode.APPROVAL_NOT_PENDING: "Only a pending request can be answered; `agentfleet status RUN` shows who "
                                     "answered it and when.",
     ErrorCode.MODEL_ERROR: "Check the model adapter's configuration and the provider's status; resubmit.",
+    ErrorCode.MODEL_AUTH: "Check the model provider's API key in the worker's environment; resubmit.",
     ErrorCode.POISON_MESSAGE: "Inspect it with `agentfleet dlq show ID`, fix the worker, then `agentfleet dlq "
                               "replay ID`.",
     ErrorCode.SERVICE_UNREACHABLE: "Check the URL in the setting named, and that the service runs and accepts "
@@ -149,7 +151,25 @@ class ApprovalRefused(AgentfleetError):
 
 
 class ModelError(AgentfleetError):
-    """The model adapter failed or returned something the loop cannot use."""
+    """The model adapter failed or returned something the loop cannot use; the same request would fail the
+    same way (models/retrying.py does not try it again)."""
 
     code = ErrorCode.MODEL_ERROR
+    retryable = False
+
+
+class ModelUnavailable(ModelError):
+    """Rate limited, overloaded, timed out or unreachable: another try may succeed, after ``retry_after_s``
+    when the provider said how long."""
+
     retryable = True
+
+    def __init__(self, message: str, *, retry_after_s: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+class ModelAuthError(ModelError):
+    """The provider refused the credentials: no retry helps until someone fixes the key."""
+
+    code = ErrorCode.MODEL_AUTH

@@ -17,6 +17,7 @@ from agentfleet import constants
 
 if TYPE_CHECKING:
     from agentfleet.harness.policy import ApprovalRule
+    from agentfleet.models.retrying import RetryPolicy
 
 Profile = Literal["embedded", "distributed"]
 
@@ -86,6 +87,10 @@ class Settings(BaseSettings):
     # Values masked wherever they would leave the fleet (logs, public notifications, Flower, the CLI),
     # comma-separated; service URL passwords and secret-named environment variables are masked anyway.
     redact_values: str = ""
+    # Model calls that fail for a passing reason (rate limit, overload, timeout) are tried this many times in
+    # all, waiting up to this long between tries (or what the provider asks, capped by it).
+    model_retry_attempts: int = Field(default=4, ge=1, le=20)
+    model_retry_max_delay_s: float = Field(default=20.0, gt=0)
     # How long a worker at start, or a CLI command, tries to reach each service before it exits non-zero.
     connect_timeout_s: float = Field(default=constants.CONNECT_TIMEOUT_S, ge=0)
 
@@ -107,6 +112,12 @@ class Settings(BaseSettings):
         from agentfleet.harness.policy import rules_from_json
 
         return rules_from_json(self.approval_rules)
+
+    @property
+    def model_retry_policy(self) -> RetryPolicy:
+        from agentfleet.models.retrying import RetryPolicy
+
+        return RetryPolicy(attempts=self.model_retry_attempts, max_delay_s=self.model_retry_max_delay_s)
 
     @property
     def agent_modules(self) -> list[str]:

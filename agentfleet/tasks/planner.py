@@ -11,11 +11,10 @@ import logging
 import time
 
 from sqlalchemy import Connection
-from tenacity import retry, retry_if_exception, stop_after_attempt, wait_exponential
 
 from agentfleet.config.agents import Agent
 from agentfleet.context.builder import build_messages
-from agentfleet.errors import RECOVERY_SUGGESTIONS, AgentfleetError, AgentNotLoaded, ErrorCode, GoalRejected
+from agentfleet.errors import RECOVERY_SUGGESTIONS, AgentNotLoaded, ErrorCode, GoalRejected, ModelError
 from agentfleet.events.contracts import Result, ResultStatus
 from agentfleet.events.envelope import (
     Envelope,
@@ -32,6 +31,7 @@ from agentfleet.loop.keys import idempotency_key
 from agentfleet.loop.states import RunState, is_terminal
 from agentfleet.loop.transcript import Message, ModelTurn
 from agentfleet.models.base import ModelRequest
+from agentfleet.models.retrying import RetryPolicy, with_retries
 from agentfleet.store.repository import RunRecord
 from agentfleet.tasks.admission import check_conflict
 from agentfleet.tasks.base import Step, end_run, result_of
@@ -143,12 +143,13 @@ def _plan(step: Step, agent: Agent, run: RunRecord, *, iteration: int, new_messa
             )
             started = time.perf_counter()
             try:
-                turn = _complete(step.rt.hooks, agent, request)
+                turn = _complete(step.rt.hooks, agent, request, step.rt.settings.model_retry_policy)
             except Exception as exc:
                 # The Result carries a line; the operator gets the traceback with the run and trace ids.
                 log.error("model call failed: %s", exc, exc_info=exc,
                           extra={"model": agent.model.name, "iteration": iteration})
-                return _end(step, run, new_messages, iteration, None, ResultStatus.FAILED, ErrorCode.MODEL_ERROR,
+                code = exc.code if isinstance(exc, ModelError) else ErrorCode.MODEL_ERROR
+                return _end(step, run, new_messages, iteration, None, ResultStatus.FAILED, code,
                             f"{agent.model.name}: {exc}")
             planned = Planned(turn, round((time.perf_counter() - started) * 1000, 3))
         try:
@@ -186,17 +187,16 @@ class Planned:
     duration_ms: float
 
 
-def _is_retryable(exc: BaseException) -> bool:
-    return isinstance(exc, AgentfleetError) and exc.retryable
-
-
-@retry(retry=retry_if_exception(_is_retryable), stop=stop_after_attempt(3),
-       wait=wait_exponential(multiplier=0.2, max=5), reraise=True)
-def _complete(hooks: Hooks, agent: Agent, request: ModelRequest) -> ModelTurn:
+def _complete(hooks: Hooks, agent: Agent, request: ModelRequest, policy: RetryPolicy) -> ModelTurn:
+    """The model's turn, each try through the hooks, retried as models/retrying.py decides per error."""
     call = ModelCallInfo(run_id=request.run_id, agent=agent.name, model=agent.model.name, iteration=request.iteration)
-    with hooks.model_call(call) as got:
-        got.append(agent.model.complete(request))
-    return got[0]
+
+    def once() -> ModelTurn:
+        with hooks.model_call(call) as got:
+            got.append(agent.model.complete(request))
+        return got[0]
+
+    return with_retries(once, policy)
 
 
 def _usage_fields(run: RunRecord, turn: ModelTurn | None) -> dict[str, object]:

@@ -194,3 +194,15 @@ def test_a_model_adapter_that_raises_is_logged_with_its_traceback_and_the_run_fa
     assert record.exc_info is not None and run_id in str(record.exc_info[1])
     assert "in _adapter_bug" in caplog.text  # the adapter's own frame
     assert record.model == "scripted"  # type: ignore[attr-defined]
+
+
+def test_model_calls_are_retried_once_layer_deep_and_only_for_passing_errors(fleet: EmbeddedFleet) -> None:
+    from tests.fixtures.agents import _tries
+
+    run_id, result = run(fleet, "busy_model", {})
+    assert result["status"] == "succeeded" and _tries[run_id] == 3, result  # two 429s, then the answer
+    run_id, result = run(fleet, "bad_key", {})
+    assert (result["status"], result["error_code"], _tries[run_id]) == ("failed", ErrorCode.MODEL_AUTH, 1)
+    assert "API key" in result["recovery_suggestion"]
+    run_id, result = run(fleet, "runs_out", {})  # was tried three times as if it were a network error
+    assert (result["status"], result["error_code"], _tries[run_id]) == ("failed", ErrorCode.MODEL_ERROR, 1)

@@ -2,8 +2,8 @@ import agentfleet
 
 PINNED = [
     "Agent", "AgentfleetError", "ApprovalRule", "ErrorCode", "Goal", "GoalRejected", "HealthCheck", "Limits",
-    "Message", "Model",
-    "ModelError", "ModelRequest", "ModelTurn", "ReplayModel", "Result", "ResultStatus", "ScriptedModel", "Settings",
+    "Message", "Model", "ModelAuthError", "ModelError", "ModelRequest", "ModelTurn", "ModelUnavailable",
+    "ReplayModel", "Result", "ResultStatus", "RetryPolicy", "RetryingModel", "ScriptedModel", "Settings",
     "Tool", "ToolCall", "ToolContext", "ToolError", "ToolResult", "TransientToolError", "Usage", "__version__",
     "health_check", "tool",
 ]
@@ -16,5 +16,6 @@ def test_the_public_api_is_exactly_what_we_pinned() -> None:
 
 
 def test_every_error_is_an_agentfleet_error() -> None:
-    for name in ("GoalRejected", "ModelError", "ToolError", "TransientToolError"):
+    for name in ("GoalRejected", "ModelAuthError", "ModelError", "ModelUnavailable", "ToolError",
+                 "TransientToolError"):
         assert issubclass(getattr(agentfleet, name), agentfleet.AgentfleetError)
