@@ -39,6 +39,44 @@ def _as_schema(schema: Schema, what: str, agent: str) -> dict[str, Any]:
 
 
 class Agent:
+    """An agent: what it is for, the model that decides, the tools it may call, and its limits.
+
+    Declared once, at import of a module named in ``AGENTFLEET_AGENTS``; every worker that
+    imports the module knows the agent by ``name``, and goals reach it on routing key
+    ``goal.<name>``.
+
+    * ``instructions``: the system prompt.
+    * ``model``: any ``Model`` (``complete(ModelRequest) -> ModelTurn``): ``ReplayModel`` plays a
+      cassette, ``ScriptedModel`` scripts turns in tests.
+    * ``goal_schema`` / ``result_schema``: JSON Schemas. A goal whose input breaks the first is
+      refused (``INPUT_INVALID``) before a run starts; the run ends when the model calls the
+      ``final_answer`` tool, succeeding with those arguments when they satisfy the second and
+      failing with ``OUTPUT_INVALID`` when they do not.
+    * ``tools``: functions declared with ``@tool``.
+    * ``limits``: steps, tokens, cost and deadline (``Limits``); a goal may tighten them.
+    * ``approval_rules``: ``ApprovalRule`` s asking a person about (or denying) calls by their
+      arguments.
+
+    Example::
+
+        from agentfleet import Agent, Limits, ReplayModel, tool
+
+        @tool(read_only=True)
+        def word_count(text: str) -> dict:
+            \"\"\"Count the words of a text.\"\"\"
+            return {"words": len(text.split())}
+
+        counter = Agent(
+            "counter", instructions="Count the words of the goal's text.",
+            model=ReplayModel("counter.cassette.json"),
+            goal_schema={"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]},
+            result_schema={"type": "object", "properties": {"words": {"type": "integer"}}},
+            tools=[word_count], limits=Limits(max_steps=4),
+        )
+
+    An unknown option is a configuration error, as is a second, different agent of the same name.
+    """
+
     def __init__(
         self,
         name: str,

@@ -20,6 +20,11 @@ Seconds = Annotated[float, Field(gt=0, le=30 * 24 * 3600, allow_inf_nan=False)]
 
 
 class Limits(BaseModel):
+    """What one run may spend: model turns (``max_steps``), tokens in and out (``max_tokens``), US dollars
+    (``max_cost_usd``) and wall time from its start (``deadline_s``). Checked before each model call; a run
+    over one ends ``FAILED`` with ``MAX_STEPS``, ``TOKEN_BUDGET``, ``COST_BUDGET`` or ``DEADLINE``. An agent
+    sets them; a goal may ask for tighter ones (``"limits": {...}``), never looser."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     max_steps: Steps = constants.DEFAULT_MAX_STEPS

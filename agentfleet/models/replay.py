@@ -36,6 +36,10 @@ class Cassette(BaseModel):
 
 
 class ReplayModel:
+    """A model that plays a cassette: turn N of the file answers iteration N (see the module's note for the
+    ``$goal`` and ``$result`` references). For examples, demos and tests that need no network or key; a
+    run that asks for a turn the cassette does not have fails with ``MODEL_ERROR`` (not retried)."""
+
     offline = True
 
     def __init__(self, path: str | Path) -> None:

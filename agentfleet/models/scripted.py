@@ -14,7 +14,11 @@ Turn = ModelTurn | Callable[[ModelRequest], ModelTurn]
 
 
 class ScriptedModel:
-    """Iteration N gets turn N (a ModelTurn, or a function of the request)."""
+    """A model for tests: iteration N gets turn N, a ``ModelTurn`` or a function of the ``ModelRequest``
+    (which sees the goal, the transcript and ``request.tool_outputs()``). Build turns with
+    ``ScriptedModel.calls(("tool", {...}), ...)`` (parallel calls in one turn) and
+    ``ScriptedModel.final({...})`` (the answer that ends the run). A function may raise
+    ``ModelUnavailable`` or ``ModelAuthError`` to act out a provider's failures."""
 
     offline = True
 
