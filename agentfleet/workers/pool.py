@@ -38,6 +38,9 @@ class _Job:
 
 
 _RETIRE = None  # a stop mark: the thread that takes it ends
+# A remote command (``pool_grow``, Flower's API) may ask for any number: past this, a worker would be
+# taken down by its own threads' stacks, not scaled.
+MAX_THREADS = 512
 
 
 class ResizableThreadPool(BasePool):
@@ -84,6 +87,8 @@ class ResizableThreadPool(BasePool):
 
     def grow(self, n: int = 1) -> None:
         with self._guard:
+            if n < 1 or self._size + n > MAX_THREADS:
+                raise ValueError(f"cannot grow a pool of {self._size} by {n}: 1 to {MAX_THREADS - self._size} more")
             for _ in range(n):
                 self._started += 1
                 thread = threading.Thread(target=self._work, name=f"agentfleet-pool-{self._started}", daemon=True)
@@ -95,8 +100,9 @@ class ResizableThreadPool(BasePool):
 
     def shrink(self, n: int = 1) -> None:
         with self._guard:
-            if n >= self._size:
-                raise ValueError(f"cannot shrink a pool of {self._size} by {n}: one thread must remain")
+            if n < 1 or n >= self._size:
+                raise ValueError(f"cannot shrink a pool of {self._size} by {n}: 1 to {self._size - 1} fewer, "
+                                 "one thread must remain")
             self._size -= n
             self.limit = self._size
             for _ in range(n):
