@@ -53,10 +53,14 @@ class ToolCallInfo:
 
     run_id: str
     agent: str
-    tool: str
+    tool: str  # the agent's tool, or UNKNOWN_TOOL: names a model made up must not become metric labels
     call_id: str
     attempt: int
     ran: bool = True
+    requested: str = ""  # the name the model asked for, as it asked
+
+
+UNKNOWN_TOOL = "(unknown)"
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from agentfleet.events.envelope import ApprovalRequested, Envelope, EventType, T
 from agentfleet.harness.policy import Verdict, evaluate
 from agentfleet.harness.redaction import redact
 from agentfleet.harness.tool import Tool, ToolContext
-from agentfleet.hooks.base import ToolCallInfo
+from agentfleet.hooks.base import UNKNOWN_TOOL, ToolCallInfo
 from agentfleet.loop.transcript import ToolResult
 from agentfleet.store.repository import ApprovalRecord, now
 from agentfleet.tasks.base import Step
@@ -148,8 +148,10 @@ def _answered(record: ApprovalRecord) -> Cleared:
 
 
 def _call_info(step: Step, req: ToolRequested, attempt: int, ran: bool) -> ToolCallInfo:
-    return ToolCallInfo(run_id=step.env.run_id, agent=req.agent, tool=req.call.name, call_id=req.call.id,
-                        attempt=attempt, ran=ran)
+    agent = step.rt.agent(req.agent)
+    known = agent is not None and req.call.name in agent.tools
+    return ToolCallInfo(run_id=step.env.run_id, agent=req.agent, tool=req.call.name if known else UNKNOWN_TOOL,
+                        call_id=req.call.id, attempt=attempt, ran=ran, requested=req.call.name)
 
 
 def _attempt(step: Step, req: ToolRequested, attempt: int, arguments: dict[str, Any]) -> tuple[ToolResult, bool]:
