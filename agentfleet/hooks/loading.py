@@ -9,9 +9,10 @@ from agentfleet.errors import ConfigurationError
 from agentfleet.hooks.base import Hook, Hooks
 
 
-def user_hooks(spec: str) -> list[Hook]:
-    """``module:attr`` entries, comma-separated: a Hook subclass (made with no arguments) or a Hook instance."""
-    found: list[Hook] = []
+def hook_targets(spec: str) -> list[type[Hook] | Hook]:
+    """``module:attr`` entries, comma-separated, each a Hook subclass or a Hook instance: imported and checked,
+    not made (the worker's preflight checks them; the runtime makes each once)."""
+    found: list[type[Hook] | Hook] = []
     for entry in (e.strip() for e in spec.split(",")):
         if not entry:
             continue
@@ -22,12 +23,16 @@ def user_hooks(spec: str) -> list[Hook]:
             target = getattr(importlib.import_module(module_name), attr)
         except (ImportError, AttributeError) as exc:
             raise ConfigurationError(f"AGENTFLEET_HOOKS entry {entry!r} cannot be loaded: {exc}") from exc
-        hook = target() if isinstance(target, type) and issubclass(target, Hook) else target
-        if not isinstance(hook, Hook):
+        if not (isinstance(target, Hook) or (isinstance(target, type) and issubclass(target, Hook))):
             raise ConfigurationError(f"AGENTFLEET_HOOKS entry {entry!r} is not a Hook subclass or instance "
                                      "(agentfleet.hooks.Hook)")
-        found.append(hook)
+        found.append(target)
     return found
+
+
+def user_hooks(spec: str) -> list[Hook]:
+    """The hooks ``spec`` names: a subclass is made with no arguments, an instance used as it is."""
+    return [target() if isinstance(target, type) else target for target in hook_targets(spec)]
 
 
 def build_hooks(settings: Settings) -> Hooks:

@@ -22,7 +22,7 @@ from agentfleet.config.agents import load_agents
 from agentfleet.config.settings import Settings
 from agentfleet.errors import ConfigurationError, ServiceUnreachable
 from agentfleet.harness.redaction import redact
-from agentfleet.hooks.loading import user_hooks
+from agentfleet.hooks.loading import hook_targets
 from agentfleet.store import db
 
 log = logging.getLogger(__name__)
@@ -111,7 +111,7 @@ def _pause(seconds: float, stop_check: Callable[[], None] | None) -> None:
 def preflight(settings: Settings, *, stop_check: Callable[[], None] | None = None) -> None:
     """Raise ConfigurationError or ServiceUnreachable naming what to fix; return when the worker may start."""
     load_agents(settings.agent_modules)
-    user_hooks(settings.hooks)
+    hook_targets(settings.hooks)
     url = settings.effective_database_url
     revisions: tuple[str | None, str] | None = None
     for service in services(settings):
