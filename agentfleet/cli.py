@@ -249,7 +249,7 @@ def runs(
                      ] = None,
     since: Annotated[str | None, typer.Option("--since", help="Created at most this long ago (30m, 2h, 1d) or "
                                                               "since an ISO 8601 time")] = None,
-    limit: Annotated[int, typer.Option(help="At most this many, newest first")] = 50,
+    limit: Annotated[int, typer.Option(min=1, help="At most this many, newest first")] = 50,
     embedded: EmbeddedOpt = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON lines")] = False,
 ) -> None:

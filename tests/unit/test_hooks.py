@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -179,3 +180,39 @@ def test_trace_tells_what_happened_to_a_run_and_runs_lists_it(fleet: EmbeddedFle
     assert shown.stdout.splitlines() == trace_lines(found)
     assert json.loads(cli.invoke(app, ["trace", run_id, "--embedded", "--json"]).stdout)["run_id"] == run_id
     assert cli.invoke(app, ["trace", "no-such-run", "--embedded"]).exit_code == 2
+
+
+def test_tool_names_a_model_made_up_do_not_each_become_a_metrics_series(fleet: EmbeddedFleet) -> None:
+    """A label per made-up name would grow a worker's memory without bound; they share one."""
+    run_id = fleet.submit({"agent": "tool_spray", "input": {}})
+    assert wait_for_run(fleet.store, run_id).result["status"] == "succeeded"  # type: ignore[index]
+    registry = metrics(fleet).registry
+    unknown = eventually(lambda: registry.get_sample_value(
+        "agentfleet_tool_calls_total", {"tool": "(unknown)", "code": "UNKNOWN_TOOL"}), timeout=10)
+    assert unknown >= 20
+    made_up = [s for f in registry.collect() for s in f.samples if "made_up" in s.labels.get("tool", "")]
+    assert made_up == []
+
+
+def test_the_preflight_checks_user_hooks_without_making_them(tmp_path: Path) -> None:
+    from agentfleet.config.settings import Settings
+    from agentfleet.store.db import upgrade
+    from agentfleet.workers.preflight import preflight
+    from tests.fixtures.hooks import Counted
+
+    url = f"sqlite:///{tmp_path}/pre.db"
+    upgrade(url)
+    before = Counted.made
+    preflight(Settings(profile="embedded", embedded_database_url=url, hooks="tests.fixtures.hooks:Counted",
+                       agents="tests.fixtures.agents"))
+    assert Counted.made == before  # made once, by the runtime that uses it
+
+
+def test_runs_refuses_a_limit_below_one_as_a_usage_error(fleet: EmbeddedFleet) -> None:
+    from typer.testing import CliRunner
+
+    from agentfleet.cli import app
+
+    for limit in ("0", "-1"):
+        done = CliRunner().invoke(app, ["runs", "--embedded", "--limit", limit])
+        assert done.exit_code == 2, done.output
