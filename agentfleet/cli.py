@@ -177,10 +177,9 @@ def _runtime(settings: Settings) -> Any:
     """The fleet's runtime, once its database answers (tried for AGENTFLEET_CONNECT_TIMEOUT_S, else exit 69)."""
     from agentfleet.tasks.runtime import runtime_for
     from agentfleet.workers.app import create_app
-    from agentfleet.workers.preflight import reach, services
+    from agentfleet.workers.preflight import reach_all
 
-    for service in services(settings, "database"):
-        reach(service, settings.connect_timeout_s)
+    reach_all(settings, "database")
     return runtime_for(create_app(settings))
 
 
@@ -210,7 +209,8 @@ def status(
         err.print(f"no run {run_id}")
         raise typer.Exit(2)
     run = rt.store.get_run(run_id)
-    ready = {} if rt.settings.embedded else queue_depths(rt)  # an embedded fleet's queues live in its process
+    # an embedded fleet's queues live in its process
+    ready = {} if rt.settings.embedded else queue_depths(rt.publisher.app, rt.topology)
     assessed = assess(rt, run, now(), ready) if run is not None else None
     stuck = None
     if assessed is not None and assessed[1].action != Action.WAIT:
@@ -440,7 +440,8 @@ def worker(
     settings = get_settings()
     if metrics_port is not None:
         settings = settings.model_copy(update={"metrics_port": metrics_port})
-    if settings.metrics_port is not None and (pool or ROLES[role].default_pool) == "prefork":
+    chosen_pool = pool or ROLES[role].default_pool
+    if settings.metrics_port is not None and chosen_pool == "prefork":
         from agentfleet.hooks.metrics_dir import use_multiprocess_metrics
 
         use_multiprocess_metrics(role)  # before anything imports prometheus-client (workers.app does)
@@ -454,7 +455,7 @@ def worker(
     preflight(settings)  # ConfigurationError: main() prints it and exits 2, before anything is consumed
     celery_app = create_app(settings)
     celery_app.conf[PREFLIGHT_DONE_KEY] = True
-    celery_app.conf.worker_pool = pool_implementation(pool or ROLES[role].default_pool)
+    celery_app.conf.worker_pool = pool_implementation(chosen_pool)
     argv = worker_argv(ROLES[role], settings.namespace, concurrency=concurrency, autoscale=autoscale,
                        loglevel=loglevel or settings.log_level,
                        hostname=hostname or f"{role}.{os.getpid()}@%h")
@@ -465,11 +466,10 @@ def _control_plane() -> tuple[Any, Any]:
     """The namespace's Celery app and topology, once the broker answers."""
     from agentfleet.events.topology import Topology
     from agentfleet.workers.app import create_app
-    from agentfleet.workers.preflight import reach, services
+    from agentfleet.workers.preflight import reach_all
 
     settings = get_settings()
-    for service in services(settings, "broker"):
-        reach(service, settings.connect_timeout_s)
+    reach_all(settings, "broker")
     return create_app(settings), Topology(settings.namespace)
 
 
@@ -481,13 +481,12 @@ def workers(
     """The namespace's live workers by role: pool and size, tasks running now, and each role queue's depth."""
     import dataclasses
 
-    from agentfleet.tasks.runtime import runtime_for
     from agentfleet.tasks.sweeper import queue_depths
     from agentfleet.workers.control import live_workers
 
     celery_app, topology = _control_plane()
     found = live_workers(celery_app, topology, timeout)
-    depths = queue_depths(runtime_for(celery_app))
+    depths = queue_depths(celery_app, topology)
     if as_json:
         print(json.dumps({"workers": [dataclasses.asdict(w) for w in found], "queue_depths": depths}))
         return
@@ -821,7 +820,7 @@ def namespace_delete(
 
     from agentfleet.events.topology import Topology
     from agentfleet.harness.fleet_redis import FleetRedis, connect
-    from agentfleet.workers.preflight import reach, services
+    from agentfleet.workers.preflight import reach_all
 
     try:  # the name is checked as AGENTFLEET_NAMESPACE is
         settings = Settings(namespace=namespace)
@@ -833,8 +832,7 @@ def namespace_delete(
     if not yes:
         typer.confirm(f"delete {len(names)} queues and exchanges of namespace {namespace!r} (and what the queues "
                       f"hold), and its Redis keys?", abort=True)
-    for service in services(settings, "broker", "redis"):
-        reach(service, settings.connect_timeout_s)
+    reach_all(settings, "broker", "redis")
     with Connection(settings.broker_url) as conn:
         topology.delete(conn)
     forgotten = FleetRedis(connect(settings), namespace).forget_namespace() if not settings.embedded else 0

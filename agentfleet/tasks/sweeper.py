@@ -11,10 +11,13 @@ import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from celery import Celery
+
 from agentfleet.constants import SWEEP_BATCH, SWEEP_PAGE
 from agentfleet.errors import RECOVERY_SUGGESTIONS, ErrorCode
 from agentfleet.events.contracts import ResultStatus
 from agentfleet.events.envelope import Envelope, EventType, GoalSubmitted, decode
+from agentfleet.events.topology import Topology
 from agentfleet.loop.recovery import Action, Redrive, plan_redrive, waiting_in_line, waiting_within_deadline
 from agentfleet.loop.states import RunState, is_terminal
 from agentfleet.store.repository import RunRecord, now
@@ -40,14 +43,15 @@ class Finding:
     events: int
 
 
-def queue_depths(rt: Runtime) -> dict[str, int]:
-    """Messages ready in each role's queue, read once per sweep (unknown, if the broker is away: none)."""
+def queue_depths(app: Celery, topology: Topology) -> dict[str, int]:
+    """Messages ready in each role's queue (unknown, if the broker is away: none). Needs only the broker: the
+    sweeper reads it once per sweep, `agentfleet workers` on a machine without the agents' code too."""
     try:
-        with rt.publisher.app.connection_for_write() as conn:
+        with app.connection_for_write() as conn:
             conn.ensure_connection(max_retries=1)
             channel = conn.default_channel
             return {role: queue.bind(channel).queue_declare(passive=True).message_count
-                    for role, queue in rt.topology.role_queues.items()}
+                    for role, queue in topology.role_queues.items()}
     except Exception as exc:
         log.warning("queue depths unknown: %s", exc)
         return {}
@@ -80,7 +84,7 @@ def sweep(rt: Runtime, *, dry_run: bool = False, at: datetime | None = None, lim
     with rt.store.step_lock(SWEEP_LOCK) as claimed:
         if not claimed:
             return None
-        ready = queue_depths(rt)
+        ready = queue_depths(rt.publisher.app, rt.topology)
         findings: list[Finding] = []
         before, after = at - timedelta(seconds=rt.settings.stall_after_s), None
         while len(findings) < limit and (page := rt.store.quiet_runs(before, SWEEP_PAGE, after)):

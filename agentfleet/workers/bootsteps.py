@@ -64,7 +64,7 @@ class MetricsServer(bootsteps.StartStopStep):
         hook = rt.hooks.find(PrometheusHook)
         if hook is None or rt.settings.metrics_port is None:
             return
-        hook.read_queue_depths(lambda: queue_depths(rt))
+        hook.read_queue_depths(lambda: queue_depths(rt.publisher.app, rt.topology))
         hook.serve(rt.settings.metrics_port, rt.settings.metrics_addr)
 
 

@@ -17,7 +17,7 @@ from agentfleet.events.envelope import Envelope, EventType, RunCancelRequested
 from agentfleet.loop.keys import run_id_for
 from agentfleet.tasks.runtime import runtime_for
 from agentfleet.workers.app import create_app
-from agentfleet.workers.preflight import reach, services
+from agentfleet.workers.preflight import reach_all
 
 
 class FleetClient:
@@ -28,8 +28,7 @@ class FleetClient:
         self.connection = self.app.connection_for_write()
 
     def __enter__(self) -> FleetClient:
-        for service in services(self.settings, "broker", "database"):  # bounded; exit 69 naming the setting
-            reach(service, self.settings.connect_timeout_s)
+        reach_all(self.settings, "broker", "database")  # bounded; exit 69 naming the setting
         self.connection.ensure_connection(max_retries=3)
         self.rt.topology.declare(self.connection)
         return self

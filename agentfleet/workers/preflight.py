@@ -108,17 +108,18 @@ def _pause(seconds: float, stop_check: Callable[[], None] | None) -> None:
         time.sleep(min(left, 0.2))
 
 
+def reach_all(settings: Settings, *names: str, stop_check: Callable[[], None] | None = None) -> dict[str, Any]:
+    """Each named service (all, if none named) reached in turn, by name: what its probe returned."""
+    return {s.name: reach(s, settings.connect_timeout_s, stop_check=stop_check) for s in services(settings, *names)}
+
+
 def preflight(settings: Settings, *, stop_check: Callable[[], None] | None = None) -> None:
     """Raise ConfigurationError or ServiceUnreachable naming what to fix; return when the worker may start."""
     load_agents(settings.agent_modules)
     hook_targets(settings.hooks)
     url = settings.effective_database_url
-    revisions: tuple[str | None, str] | None = None
-    for service in services(settings):
-        reached = reach(service, settings.connect_timeout_s, stop_check=stop_check)
-        if service.name == "database":
-            revisions = reached
-    current, head = revisions if revisions is not None else db.revisions(url)
+    reached = reach_all(settings, stop_check=stop_check)
+    current, head = reached["database"] if "database" in reached else db.revisions(url)
     if current != head:
         raise ConfigurationError(f"the database at {redact(url)} is at migration {current or 'none'}, this code needs "
                                  f"{head}: run `agentfleet db upgrade` (AGENTFLEET_DATABASE_URL), then start again")

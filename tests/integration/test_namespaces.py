@@ -59,9 +59,14 @@ def test_two_namespaces_on_one_broker_see_and_touch_only_their_own_workers(
             return subprocess.run([sys.executable, "-m", "agentfleet.cli", *args], capture_output=True, text=True,
                                   cwd=ROOT, env=env, timeout=120)
 
-        listed = json.loads(cli(workers.env, "workers", "--json").stdout)
+        # An operator's machine need not have the agents' code to see and scale the fleet.
+        ops_env = {**workers.env, "AGENTFLEET_AGENTS": "tests.fixtures.no_such_module"}
+        shown = cli(ops_env, "workers", "--json")
+        assert shown.returncode == 0, shown.stderr[-2000:]
+        listed = json.loads(shown.stdout)
         assert [w["name"] for w in listed["workers"]] == [workers.name(C.EXECUTOR, 0)]
-        scaled = cli(workers.env, "scale", "executor", "3", "--json")
+        assert set(listed["queue_depths"]) == set(C.ROLES)
+        scaled = cli(ops_env, "scale", "executor", "3", "--json")
         assert scaled.returncode == 0 and [r["after"] for r in json.loads(scaled.stdout)] == [3], scaled.stderr
         listed = json.loads(cli(theirs.env, "workers", "--json").stdout)  # the other namespace: untouched
         assert [(w["name"], w["size"]) for w in listed["workers"]] == [(theirs.name(C.EXECUTOR, 0), 8)]
