@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily
@@ -118,7 +118,3 @@ class PrometheusHook(Hook):
             self.runs_started.labels(change.agent).inc()
         if is_terminal(RunState(change.to_state)):
             self.runs_ended.labels(change.agent, str(change.to_state), change.error_code or "").inc()
-
-    def sample(self, name: str, **labels: Any) -> float:
-        """One sample's value (0 when never counted): for tests and `agentfleet` commands."""
-        return self.registry.get_sample_value(name, labels) or 0.0

@@ -100,7 +100,7 @@ def test_metrics_move_by_exactly_what_one_run_did(fleet: EmbeddedFleet) -> None:
     }
 
     def read() -> dict[str, float]:
-        return {k: m.sample(name, **labels) for k, (name, labels) in names.items()}
+        return {k: m.registry.get_sample_value(name, labels) or 0.0 for k, (name, labels) in names.items()}
 
     before = read()
     ledger_run(fleet)
