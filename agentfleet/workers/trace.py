@@ -3,7 +3,8 @@
 Read from three records the fleet keeps anyway: the steps (each model turn and tool
 call, with duration, worker and attempts), the audit trail (each state transition and
 what caused it) and the run's Result. Tool arguments are shown with secrets masked
-(by the tool's schema where the agent is loaded here, else by name).
+(by the tool's schema where the agent is loaded here, else by name), and the whole timeline is masked
+as logs are (harness/redaction.py).
 """
 
 from __future__ import annotations
@@ -66,10 +67,11 @@ def trace_of(store: Store, run_id: str, agents: AgentRegistry | None = None) -> 
     transitions = [{"at": _iso(t["at"]), "from": t["from_state"], "to": t["to_state"], "event": t["event_type"],
                     "reason": t["reason"], "worker": t["worker"], "step_ms": t["step_duration_ms"]}
                    for t in store.audit_trail(run_id)]
-    return {"run_id": run.run_id, "agent": run.agent, "goal_id": run.goal_id, "trace_id": run.trace_id,
-            "state": run.state.value, "created_at": _iso(run.created_at), "updated_at": _iso(run.updated_at),
-            "usage": _usage(run), "iterations": [iterations[i] for i in sorted(iterations)],
-            "transitions": transitions, "end": _end(run)}
+    # Shown to people: masked throughout (a tool's error or the end message may quote what it was given).
+    return redact({"run_id": run.run_id, "agent": run.agent, "goal_id": run.goal_id, "trace_id": run.trace_id,
+                   "state": run.state.value, "created_at": _iso(run.created_at), "updated_at": _iso(run.updated_at),
+                   "usage": _usage(run), "iterations": [iterations[i] for i in sorted(iterations)],
+                   "transitions": transitions, "end": _end(run)})
 
 
 def _usage(run: RunRecord) -> dict[str, Any]:

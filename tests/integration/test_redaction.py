@@ -64,6 +64,16 @@ def test_a_canary_secret_appears_in_no_log_audit_row_public_message_or_flower_ev
     assert "tool use_key raised RuntimeError" in logged  # the line whose traceback quoted it
     assert CANARY not in logged
 
+    import subprocess  # what `agentfleet trace` shows people: the tool's error quoted the key
+    import sys
+
+    from tests.conftest import ROOT
+
+    traced = subprocess.run([sys.executable, "-m", "agentfleet.cli", "trace", reply["run_id"]], env=workers.env,
+                            cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert traced.returncode == 0 and "use_key" in traced.stdout, traced.stderr[-2000:]
+    assert CANARY not in traced.stdout + traced.stderr
+
     audit = store.audit_trail(reply["run_id"])
     assert audit and CANARY not in json.dumps(audit, default=str)
     tool_steps = [s for s in store.steps(reply["run_id"]) if s["kind"] == "tool"]
