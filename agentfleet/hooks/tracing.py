@@ -78,7 +78,9 @@ class TracingHook(Hook):
         self.provider.add_span_processor(BatchSpanProcessor(self.exporter) if batch
                                          else SimpleSpanProcessor(self.exporter))
         self.tracer = self.provider.get_tracer("agentfleet")
-        self._open = threading.local()  # this thread's open spans, innermost last: (span, context token)
+        # This thread's open spans, innermost last: (key, span, context token). The provider flushes its
+        # batch at interpreter exit (its default), so a stopping worker loses no span.
+        self._open = threading.local()
 
     def _stack(self) -> list[tuple[tuple[str, str], Any, object]]:
         if not hasattr(self._open, "spans"):
@@ -149,6 +151,3 @@ class TracingHook(Hook):
         self._end(("model", call.run_id), error, **{"gen_ai.usage.input_tokens": usage.input_tokens if usage else None,
                             "gen_ai.usage.output_tokens": usage.output_tokens if usage else None,
                             "agentfleet.cost_usd": usage.cost_usd if usage else None})
-
-    def flush(self) -> None:
-        self.provider.force_flush()
