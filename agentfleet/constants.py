@@ -48,6 +48,9 @@ ID_NAMESPACE: Final = uuid.UUID("5b2f3c1e-8d4a-4e7b-9a61-0c3f2d9e7a10")
 
 # Loop defaults (an agent's or goal's limits override them).
 DEFAULT_MAX_STEPS: Final = 20
+# Turns a run may spend telling the model its answer could not be used (bad tool arguments, an undeclared
+# tool, an empty, cut-off or off-schema answer) before it fails with that answer's code.
+DEFAULT_MAX_REPAIRS: Final = 3
 DEFAULT_MAX_TOKENS: Final = 200_000
 DEFAULT_MAX_COST_USD: Final = 5.0
 DEFAULT_DEADLINE_S: Final = 600.0
@@ -77,6 +80,8 @@ DEFAULT_TOOL_TIMEOUT_S: Final = 30.0
 TIER_TIMEOUTS_S: Final = {"model": 30.0, "database": 5.0, "http": 3.0, "local": 1.0}
 DEFAULT_TOOL_RESPONSE_LIMIT: Final = 32_000  # characters of JSON handed back to the model
 FINAL_ANSWER_TOOL: Final = "final_answer"
+# The name on the user message of a repair turn: how the transcript counts the repairs a run has spent.
+REPAIR_MESSAGE_NAME: Final = "agentfleet_repair"
 
 # Fleet state in Redis (health cache, breakers, result cache, locks). Every key is
 # ``<namespace>:<kind>:<name>``, built by ``redis_key`` from one of these kinds (arq's way).

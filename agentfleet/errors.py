@@ -42,6 +42,7 @@ class ErrorCode(StrEnum):
     TRANSIENT = "TRANSIENT"
     INTERNAL = "INTERNAL"
     UNKNOWN_OUTCOME = "UNKNOWN_OUTCOME"  # a non-idempotent tool's earlier attempt died mid-call
+    NOT_RUN = "NOT_RUN"  # a call of a turn told back to the model as unusable (another call in it was bad)
     # Approval answers (replies to approval.resolve, and the CLI's refusals).
     UNKNOWN_APPROVAL = "UNKNOWN_APPROVAL"  # no approval was requested for that run and call
     APPROVAL_NOT_PENDING = "APPROVAL_NOT_PENDING"  # already answered, expired, or its run has ended

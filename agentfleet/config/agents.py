@@ -50,8 +50,9 @@ class Agent:
       cassette, ``ScriptedModel`` scripts turns in tests.
     * ``goal_schema`` / ``result_schema``: JSON Schemas. A goal whose input breaks the first is
       refused (``INPUT_INVALID``) before a run starts; the run ends when the model calls the
-      ``final_answer`` tool, succeeding with those arguments when they satisfy the second and
-      failing with ``OUTPUT_INVALID`` when they do not.
+      ``final_answer`` tool, succeeding with those arguments when they satisfy the second. An answer
+      that does not (or prose, an empty turn, arguments that are not JSON) is told back to the model
+      with what was wrong, up to ``Limits.max_repairs`` times a run, then fails (``OUTPUT_INVALID``).
     * ``tools``: functions declared with ``@tool``.
     * ``limits``: steps, tokens, cost and deadline (``Limits``); a goal may tighten them.
     * ``approval_rules``: ``ApprovalRule`` s asking a person about (or denying) calls by their

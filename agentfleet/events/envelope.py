@@ -133,6 +133,8 @@ class ObservationRecorded(_Payload):
     agent: str
     iteration: int
     observations: list[Observation]
+    # Set when the planner told an unusable turn back to the model: what to do instead (a user message).
+    repair: str | None = None
 
 
 class RunCancelRequested(_Payload):

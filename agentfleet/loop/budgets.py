@@ -15,6 +15,7 @@ from agentfleet.loop.transcript import Usage
 # inbox refuses exactly what the planner would (a zero budget is refused, not read as "no limit").
 Steps = Annotated[int, Field(ge=1, le=10_000)]
 Tokens = Annotated[int, Field(ge=1, le=10**12)]
+Repairs = Annotated[int, Field(ge=0, le=100)]
 CostUsd = Annotated[float, Field(gt=0, le=1_000_000, allow_inf_nan=False)]
 Seconds = Annotated[float, Field(gt=0, le=30 * 24 * 3600, allow_inf_nan=False)]
 
@@ -22,7 +23,8 @@ Seconds = Annotated[float, Field(gt=0, le=30 * 24 * 3600, allow_inf_nan=False)]
 class Limits(BaseModel):
     """What one run may spend: model turns (``max_steps``), tokens in and out (``max_tokens``), US dollars
     (``max_cost_usd``) and wall time from its start (``deadline_s``). Checked before each model call; a run
-    over one ends ``FAILED`` with ``MAX_STEPS``, ``TOKEN_BUDGET``, ``COST_BUDGET`` or ``DEADLINE``. An agent
+    over one ends ``FAILED`` with ``MAX_STEPS``, ``TOKEN_BUDGET``, ``COST_BUDGET`` or ``DEADLINE``.
+    ``max_repairs``: unusable answers the model is told about and asked again, run-wide. An agent
     sets them; a goal may ask for tighter ones (``"limits": {...}``), never looser."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -31,6 +33,8 @@ class Limits(BaseModel):
     max_tokens: Tokens = constants.DEFAULT_MAX_TOKENS
     max_cost_usd: CostUsd = constants.DEFAULT_MAX_COST_USD
     deadline_s: Seconds = constants.DEFAULT_DEADLINE_S
+    # Answers the model may be asked to give again (each costs a step too), run-wide.
+    max_repairs: Repairs = constants.DEFAULT_MAX_REPAIRS
 
     def tightened_by(self, requested: dict[str, object] | None) -> Limits:
         """A goal may ask for tighter limits than its agent's, never looser ones."""
@@ -42,6 +46,7 @@ class Limits(BaseModel):
             max_tokens=min(self.max_tokens, other.max_tokens),
             max_cost_usd=min(self.max_cost_usd, other.max_cost_usd),
             deadline_s=min(self.deadline_s, other.deadline_s),
+            max_repairs=min(self.max_repairs, other.max_repairs),
         )
 
 

@@ -1,14 +1,20 @@
 """What the loop does next, decided from data alone.
 
-The planner hands a model turn here and gets back one of three decisions; the
+The planner hands a model turn here and gets back one of four decisions; the
 observer asks whether an iteration's fan-in is complete. No I/O.
+
+A turn the loop cannot use (tool arguments that are not JSON, a tool the agent
+does not have, an empty, cut-off or off-schema answer) is told back to the model
+as a ``Repair`` while the run has repairs left, and fails the run with that
+turn's code once it has none: small and local models make these mistakes often
+and correct them when told exactly what was wrong.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,7 +22,7 @@ import jsonschema
 
 from agentfleet.constants import FINAL_ANSWER_TOOL
 from agentfleet.errors import ErrorCode
-from agentfleet.loop.transcript import Message, ModelTurn, ToolCall
+from agentfleet.loop.transcript import Message, ModelTurn, ToolCall, ToolResult
 
 # The same set of calls this many iterations in a row is a loop, not progress.
 NO_PROGRESS_REPEATS = 3
@@ -43,7 +49,18 @@ class Fail:
     details: list[str] = field(default_factory=list)
 
 
-Decision = Dispatch | Finish | Fail
+@dataclass(frozen=True)
+class Repair:
+    """Tell the model why its turn was unusable and ask again: ``answers`` reply to each call of the turn
+    by id (so every provider's transcript stays well-formed), ``note`` says what to do instead. ``fail``
+    is the decision once no repairs are left."""
+
+    answers: tuple[tuple[ToolCall, ToolResult], ...]
+    note: str
+    fail: Fail
+
+
+Decision = Dispatch | Finish | Fail | Repair
 
 
 def schema_errors(schema: dict[str, Any], instance: Any, limit: int = 10) -> list[str]:
@@ -69,14 +86,39 @@ def plan_signatures(transcript: Iterable[Message]) -> list[str]:
     return [calls_signature(m.tool_calls) for m in transcript if m.role == "assistant" and m.tool_calls]
 
 
-def decide(turn: ModelTurn, result_schema: dict[str, Any], previous_signatures: Sequence[str] = ()) -> Decision:
-    """Turn a model's answer into the loop's next move."""
-    finals = [c for c in turn.tool_calls if c.name == FINAL_ANSWER_TOOL]
-    if finals:
-        return _finish(finals[-1].arguments, result_schema)
-    if not turn.tool_calls:
-        return _finish_from_text(turn.text, result_schema)
+def decide(turn: ModelTurn, result_schema: dict[str, Any], previous_signatures: Sequence[str] = (), *,
+           tools: Collection[str] | None = None, repairs_left: int = 0) -> Decision:
+    """Turn a model's answer into the loop's next move. ``tools`` are the agent's tool names (a call to any
+    other is unusable; None: not checked here); ``repairs_left`` how many more unusable turns may be told
+    back to the model rather than end the run."""
+    decision = _decide(turn, result_schema, previous_signatures, tools)
+    if isinstance(decision, Repair) and repairs_left <= 0:
+        return decision.fail
+    return decision
+
+
+def _decide(turn: ModelTurn, result_schema: dict[str, Any], previous_signatures: Sequence[str],
+            tools: Collection[str] | None) -> Decision:
     calls = _unique_ids(turn.tool_calls)
+    if turn.stop_reason == "length":
+        return _repair(calls, {}, ErrorCode.MODEL_ERROR, "the answer was cut off at the output token limit",
+                       "Answer again, shorter: one tool call with small arguments, or final_answer.")
+    bad = {c.id: (ErrorCode.INVALID_ARGUMENTS, turn.malformed[c.id]) for c in calls if c.id in turn.malformed}
+    unknown = [c for c in calls if tools is not None and c.name != FINAL_ANSWER_TOOL and c.name not in tools]
+    # Arguments that did not parse would run a tool with none: the whole turn goes back. An unknown tool
+    # beside usable calls does not hold them up (the executor answers it UNKNOWN_TOOL); alone, it goes back.
+    if bad or (unknown and len(unknown) == len(calls)):
+        known = ", ".join([*sorted(tools or ()), FINAL_ANSWER_TOOL])
+        bad |= {c.id: (ErrorCode.UNKNOWN_TOOL, f"there is no tool named {c.name!r}; the tools are: {known}")
+                for c in unknown if c.id not in bad}
+        code = next(iter(bad.values()))[0]
+        return _repair(calls, bad, code, "unusable tool calls: " + "; ".join(why for _, why in bad.values()),
+                       "Send the calls again, each naming one of the tools, with a JSON object of arguments.")
+    finals = [c for c in calls if c.name == FINAL_ANSWER_TOOL]
+    if finals:
+        return _finish(finals[-1].arguments, result_schema, calls)
+    if not calls:
+        return _finish_from_text(turn.text, result_schema)
     signature = calls_signature(calls)
     recent = list(previous_signatures[-(NO_PROGRESS_REPEATS - 1) :])
     if len(recent) == NO_PROGRESS_REPEATS - 1 and all(s == signature for s in recent):
@@ -99,27 +141,46 @@ def waits_on_people(expected_call_ids: Iterable[str], received_call_ids: Iterabl
     return bool(outstanding) and outstanding <= set(parked_call_ids)
 
 
-def _finish(output: Any, result_schema: dict[str, Any]) -> Decision:
+def _finish(output: Any, result_schema: dict[str, Any], calls: Sequence[ToolCall] = ()) -> Decision:
     if not isinstance(output, dict):
-        return Fail(ErrorCode.OUTPUT_INVALID, "the final answer is not a JSON object")
+        return _repair(calls, {}, ErrorCode.OUTPUT_INVALID, "the final answer is not a JSON object",
+                       f"Call {FINAL_ANSWER_TOOL} with a JSON object that fits its parameters.")
     problems = schema_errors(result_schema, output)
     if problems:
-        return Fail(ErrorCode.OUTPUT_INVALID, "the final answer breaks the agent's result schema", problems)
+        return _repair(calls, {}, ErrorCode.OUTPUT_INVALID, "the final answer breaks the agent's result schema",
+                       f"Call {FINAL_ANSWER_TOOL} again with arguments that fit its parameters.", problems)
     return Finish(output=output)
 
 
 def _finish_from_text(text: str | None, result_schema: dict[str, Any]) -> Decision:
-    if not text:
-        return Fail(ErrorCode.MODEL_ERROR, "the model returned neither tool calls nor a final answer")
+    if not text or not text.strip():
+        return _repair((), {}, ErrorCode.MODEL_ERROR, "the model returned neither tool calls nor a final answer",
+                       f"Call one of the tools, or {FINAL_ANSWER_TOOL} with the result.")
     try:
         parsed = json.loads(text)
     except ValueError:
-        return Fail(
-            ErrorCode.OUTPUT_INVALID,
-            f"the model answered in prose instead of calling {FINAL_ANSWER_TOOL}",
-            [text[:200]],
-        )
+        return _repair((), {}, ErrorCode.OUTPUT_INVALID,
+                       f"the model answered in prose instead of calling {FINAL_ANSWER_TOOL}",
+                       f"Call {FINAL_ANSWER_TOOL} with the result as its arguments.", [text[:200]])
     return _finish(parsed, result_schema)
+
+
+def _repair(calls: Sequence[ToolCall], bad: dict[str, tuple[ErrorCode, str]], code: ErrorCode, message: str,
+            ask: str, details: Sequence[str] = ()) -> Repair:
+    """Every call of the turn answered by id: the bad ones with why, the others as not run (nothing of an
+    unusable turn runs, so a corrected turn never repeats a side effect)."""
+    said = message + (": " + "; ".join(details) if details else "")
+
+    def answer(call: ToolCall) -> ToolResult:
+        if call.id in bad:
+            return ToolResult.failure(bad[call.id][0], bad[call.id][1], hint=ask)
+        if bad:
+            return ToolResult.failure(ErrorCode.NOT_RUN, "not run: another call of the same turn was unusable",
+                                      hint=ask)
+        return ToolResult.failure(code, said, hint=ask)
+
+    return Repair(answers=tuple((c, answer(c)) for c in calls),
+                  note=f"Your last answer could not be used: {said}. {ask}", fail=Fail(code, message, list(details)))
 
 
 def _unique_ids(calls: Sequence[ToolCall]) -> tuple[ToolCall, ...]:

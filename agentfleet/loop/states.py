@@ -25,7 +25,8 @@ _ENDINGS = {RunState.FAILED, RunState.CANCELLED}
 
 TRANSITIONS: dict[RunState, frozenset[RunState]] = {
     RunState.PENDING: frozenset({RunState.PLANNING, *_ENDINGS}),
-    RunState.PLANNING: frozenset({RunState.EXECUTING, RunState.SUCCEEDED, *_ENDINGS}),
+    # PLANNING -> OBSERVING: an unusable turn is answered by the planner itself (a repair), not by tools.
+    RunState.PLANNING: frozenset({RunState.EXECUTING, RunState.OBSERVING, RunState.SUCCEEDED, *_ENDINGS}),
     RunState.EXECUTING: frozenset(
         {RunState.OBSERVING, RunState.WAITING_APPROVAL, RunState.WAITING_CHILDREN, *_ENDINGS}
     ),

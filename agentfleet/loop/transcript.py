@@ -56,6 +56,12 @@ class ModelTurn(BaseModel):
     tool_calls: list[ToolCall] = Field(default_factory=list)
     usage: Usage = Field(default_factory=Usage)
     model: str = "unknown"
+    # Why the model stopped, in the OpenAI vocabulary ("stop", "tool_calls", "length", "content_filter");
+    # adapters translate their provider's. "length" means the answer was cut off.
+    stop_reason: str | None = None
+    # Calls whose arguments the adapter could not read (not JSON, not an object), by call id, with why:
+    # such a call is in ``tool_calls`` with empty arguments, so the model is answered by its id.
+    malformed: dict[str, str] = Field(default_factory=dict)
 
     def as_message(self) -> Message:
         return Message(role="assistant", content=self.text, tool_calls=list(self.tool_calls))

@@ -13,6 +13,7 @@ import time
 from sqlalchemy import Connection
 
 from agentfleet.config.agents import Agent
+from agentfleet.constants import REPAIR_MESSAGE_NAME
 from agentfleet.context.builder import build_messages
 from agentfleet.errors import RECOVERY_SUGGESTIONS, AgentNotLoaded, ErrorCode, GoalRejected, ModelError
 from agentfleet.events.contracts import Result, ResultStatus
@@ -20,13 +21,14 @@ from agentfleet.events.envelope import (
     Envelope,
     EventType,
     GoalSubmitted,
+    Observation,
     ObservationRecorded,
     ToolRequested,
 )
 from agentfleet.harness.gate import Offer
 from agentfleet.hooks.base import Hooks, ModelCallInfo
 from agentfleet.loop.budgets import Limits, check_gates
-from agentfleet.loop.decisions import Dispatch, Fail, Finish, decide, plan_signatures, schema_errors
+from agentfleet.loop.decisions import Dispatch, Fail, Finish, Repair, decide, plan_signatures, schema_errors
 from agentfleet.loop.keys import idempotency_key
 from agentfleet.loop.states import RunState, is_terminal
 from agentfleet.loop.transcript import Message, ModelTurn
@@ -106,6 +108,8 @@ def on_observation_recorded(step: Step) -> list[Envelope]:
         Message(role="tool", tool_call_id=o.call_id, name=o.tool, content=o.result.for_model_json())
         for o in obs.observations
     ]
+    if obs.repair is not None:
+        tool_messages.append(Message(role="user", name=REPAIR_MESSAGE_NAME, content=obs.repair))
     return _plan(step, agent, run, iteration=nxt, new_messages=tool_messages)
 
 
@@ -170,7 +174,12 @@ def _checkpointed_offer(recorded: object, current: Offer) -> Offer:
 
 def _decide_and_commit(step: Step, agent: Agent, run: RunRecord, new_messages: list[Message], iteration: int,
                        planned: Planned, history: list[Message]) -> list[Envelope]:
-    decision = decide(planned.turn, agent.result_schema, plan_signatures(history))
+    limits = Limits.model_validate(run.limits)
+    repairs_used = sum(1 for m in [*history, *new_messages] if m.role == "user" and m.name == REPAIR_MESSAGE_NAME)
+    decision = decide(planned.turn, agent.result_schema, plan_signatures(history), tools=agent.tools.keys(),
+                      repairs_left=limits.max_repairs - repairs_used)
+    if isinstance(decision, Repair):
+        return _repair(step, run, new_messages, iteration, planned, decision)
     if isinstance(decision, Finish):
         return _end(step, run, new_messages, iteration, planned, ResultStatus.SUCCEEDED, output=decision.output)
     if isinstance(decision, Fail):
@@ -245,6 +254,28 @@ def _dispatch(step: Step, run: RunRecord, new_messages: list[Message], iteration
         if not store.transition(conn, current, RunState.EXECUTING, **_usage_fields(current, planned.turn)):
             return step.commit(conn, [])
         return step.commit(conn, events)
+
+
+def _repair(step: Step, run: RunRecord, new_messages: list[Message], iteration: int, planned: Planned,
+            decision: Repair) -> list[Envelope]:
+    """Answer an unusable turn from here: the iteration's observations are the planner's, and the next
+    iteration plans with them as it would with tools' results."""
+    log.info("model turn told back for repair: %s", decision.fail.message,
+             extra={"iteration": iteration, "error_code": decision.fail.code})
+    observations = [Observation(call_id=call.id, tool=call.name, result=result) for call, result in decision.answers]
+    event = step.event(EventType.OBSERVATION_RECORDED,
+                       ObservationRecorded(agent=run.agent, iteration=iteration, observations=observations,
+                                           repair=decision.note),
+                       key=(iteration, "observation"))
+    store = step.rt.store
+    with store.tx() as conn:
+        current = store.get_run(run.run_id, conn, lock=True)
+        if current is None or current.state != RunState.PLANNING or current.iteration != iteration:
+            return step.commit(conn, [])
+        _checkpoint(step, conn, run, iteration, new_messages, planned)
+        if not store.transition(conn, current, RunState.OBSERVING, **_usage_fields(current, planned.turn)):
+            return step.commit(conn, [])
+        return step.commit(conn, [event])
 
 
 def _end(step: Step, run: RunRecord, new_messages: list[Message], iteration: int, planned: Planned | None,

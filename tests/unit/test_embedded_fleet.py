@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from agentfleet.constants import REPAIR_MESSAGE_NAME
 from agentfleet.errors import ErrorCode, GoalRejected
 from agentfleet.loop.states import RunState
 from agentfleet.workers.embedded import EmbeddedFleet
@@ -80,10 +82,31 @@ def test_a_goal_may_tighten_max_steps(fleet: EmbeddedFleet) -> None:
     assert result["error_code"] == ErrorCode.MAX_STEPS and result["usage"]["steps"] == 1
 
 
-def test_an_answer_that_breaks_the_result_schema_fails_output_invalid(fleet: EmbeddedFleet) -> None:
-    _, result = run(fleet, "sloppy", {})
+def test_an_answer_that_breaks_the_result_schema_is_told_back_then_fails_output_invalid(fleet: EmbeddedFleet) -> None:
+    run_id, result = run(fleet, "sloppy", {})
     assert result["status"] == "failed" and result["error_code"] == ErrorCode.OUTPUT_INVALID
     assert "done" in result["message"]
+    assert result["usage"]["steps"] == 4  # the first answer and three repairs (DEFAULT_MAX_REPAIRS)
+    notes = [m for m in fleet.store.transcript(run_id) if m.name == REPAIR_MESSAGE_NAME]
+    assert len(notes) == 3 and "'yes' is not of type 'boolean'" in (notes[0].content or "")
+
+
+def test_a_goal_may_allow_no_repairs(fleet: EmbeddedFleet) -> None:
+    _, result = run(fleet, "sloppy", {}, limits={"max_repairs": 0})
+    assert result["error_code"] == ErrorCode.OUTPUT_INVALID and result["usage"]["steps"] == 1
+
+
+def test_malformed_arguments_and_an_undeclared_tool_are_repaired_and_the_run_succeeds(fleet: EmbeddedFleet) -> None:
+    run_id, result = run(fleet, "fumbler", {})
+    assert result["status"] == "succeeded", result
+    messages = fleet.store.transcript(run_id)
+    told = {m.tool_call_id: json.loads(m.content or "") for m in messages if m.role == "tool"}
+    assert told["c1"]["error_code"] == ErrorCode.INVALID_ARGUMENTS and "not JSON" in told["c1"]["message"]
+    assert told["c2"]["error_code"] == ErrorCode.UNKNOWN_TOOL and "slow_echo, final_answer" in told["c2"]["message"]
+    assert [m.role for m in messages[:4]] == ["assistant", "tool", "tool", "user"]  # each call answered by id
+    assert messages[3].name == REPAIR_MESSAGE_NAME and "slow_echo" in (messages[3].content or "")
+    tool_steps = [s for s in fleet.store.steps(run_id) if s["kind"] == "tool"]
+    assert [s["iteration"] for s in tool_steps] == [1]  # nothing of the unusable turn ran
 
 
 def test_the_same_goal_id_twice_is_one_run(fleet: EmbeddedFleet) -> None:

@@ -15,6 +15,7 @@ from agentfleet.loop import (
     Limits,
     Message,
     ModelTurn,
+    Repair,
     RunState,
     ToolCall,
     Usage,
@@ -146,6 +147,57 @@ class TestDecisions:
     def test_fan_in_is_complete_only_when_every_sibling_reported(self) -> None:
         assert not fan_in_complete(["a", "b"], ["a"])
         assert fan_in_complete(["a", "b"], ["b", "a"])
+
+
+class TestRepairs:
+    """An unusable turn is told back to the model while repairs are left, and fails with its code after."""
+
+    def test_arguments_that_are_not_json_are_answered_by_call_id_and_nothing_of_the_turn_runs(self) -> None:
+        turn = ModelTurn(tool_calls=[call("a", "1"), call("b", "2")], malformed={"2": "arguments are not JSON"})
+        decision = decide(turn, SCHEMA, tools={"a", "b"}, repairs_left=1)
+        assert isinstance(decision, Repair)
+        answers = {c.id: r for c, r in decision.answers}
+        assert answers["2"].error_code == ErrorCode.INVALID_ARGUMENTS and "not JSON" in answers["2"].message
+        assert answers["1"].error_code == ErrorCode.NOT_RUN
+        assert "could not be used" in decision.note
+
+    def test_without_repairs_left_the_turn_fails_with_its_code(self) -> None:
+        turn = ModelTurn(tool_calls=[call("a", "1")], malformed={"1": "arguments are not JSON"})
+        decision = decide(turn, SCHEMA, tools={"a"}, repairs_left=0)
+        assert isinstance(decision, Fail) and decision.code == ErrorCode.INVALID_ARGUMENTS
+
+    def test_a_call_to_an_undeclared_tool_names_the_tools_there_are(self) -> None:
+        decision = decide(ModelTurn(tool_calls=[call("rm_rf", "1")]), SCHEMA, tools={"a"}, repairs_left=1)
+        assert isinstance(decision, Repair)
+        (_, answer), = decision.answers
+        assert answer.error_code == ErrorCode.UNKNOWN_TOOL and "'a'" not in answer.message
+        assert "a, final_answer" in answer.message
+
+    def test_a_cut_off_answer_is_repaired_even_when_its_calls_parse(self) -> None:
+        turn = ModelTurn(tool_calls=[call("a", "1")], stop_reason="length")
+        decision = decide(turn, SCHEMA, tools={"a"}, repairs_left=2)
+        assert isinstance(decision, Repair) and decision.fail.code == ErrorCode.MODEL_ERROR
+        assert "cut off" in decision.note and decision.answers[0][1].error_code == ErrorCode.MODEL_ERROR
+
+    @pytest.mark.parametrize("turn", [ModelTurn(), ModelTurn(text="  "), ModelTurn(text="I think it is 3.")])
+    def test_an_empty_or_prose_answer_asks_for_the_final_answer_tool(self, turn: ModelTurn) -> None:
+        decision = decide(turn, SCHEMA, repairs_left=1)
+        assert isinstance(decision, Repair) and decision.answers == ()
+        assert FINAL_ANSWER_TOOL in decision.note
+
+    def test_an_off_schema_final_answer_is_answered_with_the_schema_problems(self) -> None:
+        decision = decide(ModelTurn(tool_calls=[call(FINAL_ANSWER_TOOL, "f", n="three")]), SCHEMA, repairs_left=1)
+        assert isinstance(decision, Repair) and decision.fail.code == ErrorCode.OUTPUT_INVALID
+        (done, answer), = decision.answers
+        assert done.id == "f" and "n: 'three' is not of type 'integer'" in answer.message
+
+    def test_an_undeclared_tool_beside_usable_calls_goes_to_the_executor(self) -> None:
+        decision = decide(ModelTurn(tool_calls=[call("a", "1"), call("zz", "2")]), SCHEMA, tools={"a"}, repairs_left=1)
+        assert isinstance(decision, Dispatch) and len(decision.calls) == 2
+
+    def test_a_usable_turn_spends_no_repair(self) -> None:
+        assert isinstance(decide(ModelTurn(tool_calls=[call("a", "1")]), SCHEMA, tools={"a"}, repairs_left=1),
+                          Dispatch)
 
 
 class TestKeys:
