@@ -21,6 +21,7 @@ from agentfleet.harness.policy import ApprovalRule
 from agentfleet.harness.tool import Tool, ToolContext, tool
 from agentfleet.loop.budgets import Limits
 from agentfleet.loop.transcript import Message, ModelTurn, ToolCall, ToolResult, Usage
+from agentfleet.models import model_from_spec
 from agentfleet.models.base import Model, ModelRequest
 from agentfleet.models.replay import ReplayModel
 from agentfleet.models.retrying import RetryingModel, RetryPolicy
@@ -31,6 +32,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Agent",
     "AgentfleetError",
+    "AnthropicModel",
     "ApprovalRule",
     "ErrorCode",
     "Goal",
@@ -44,6 +46,7 @@ __all__ = [
     "ModelRequest",
     "ModelTurn",
     "ModelUnavailable",
+    "OpenAIModel",
     "ReplayModel",
     "Result",
     "ResultStatus",
@@ -60,5 +63,15 @@ __all__ = [
     "Usage",
     "__version__",
     "health_check",
+    "model_from_spec",
     "tool",
 ]
+
+
+def __getattr__(name: str) -> object:
+    """The SDK-backed models load on first use (see agentfleet.models)."""
+    if name in ("OpenAIModel", "AnthropicModel"):
+        from agentfleet import models
+
+        return getattr(models, name)
+    raise AttributeError(name)

@@ -59,13 +59,21 @@ def _goal(agent: str, input_json: str, goal_id: str | None, max_steps: int | Non
     return body
 
 
+def _cost(cost_usd: float, unpriced: bool) -> str:
+    """Dollars, saying when some model had no price (the cost shown is then a floor, not the total)."""
+    if unpriced:
+        return f"${cost_usd:.4f} + unpriced" if cost_usd else "unpriced"
+    return f"${cost_usd:.4f}"
+
+
 def _print_result(result: Result, as_json: bool) -> None:
     if as_json:
         print(result.model_dump_json(exclude_none=True))
         return
     colour = "green" if result.status == ResultStatus.SUCCEEDED else "red"
     out.print(f"[bold {colour}]{result.status.value}[/] run={result.run_id} "
-              f"steps={result.usage.steps} tokens={result.usage.tokens} cost=${result.usage.cost_usd:.4f}")
+              f"steps={result.usage.steps} tokens={result.usage.tokens} "
+              f"cost={_cost(result.usage.cost_usd, result.usage.unpriced)}")
     if result.error_code:
         out.print(f"[red]{result.error_code}[/]: {result.message}")
         if result.recovery_suggestion:
@@ -221,14 +229,18 @@ def status(
         return
     out.print(f"run {run_id}: [bold]{described['state']}[/] agent={described['agent']} "
               f"iteration={described['iteration']} steps={described['usage']['steps']} "
-              f"tokens={described['usage']['tokens']}")
+              f"tokens={described['usage']['tokens']} (cached {described['usage']['cached_input_tokens']}) "
+              f"cost={_cost(described['usage']['cost_usd'], described['usage']['unpriced'])}")
     if stuck:
         out.print(f"[bold yellow]looks stuck[/]: nothing for {stuck['quiet_s']:.0f}s ({stuck['reason']}); "
                   f"the sweeper will {stuck['action']} it (now: agentfleet sweep)")
-    table = Table("iteration", "kind", "name", "status", "attempts", "ms", "worker")
+    table = Table("iteration", "kind", "name", "status", "attempts", "ms", "tokens", "cost", "worker")
     for s in described["steps"]:
+        spent = (s["output"] or {}).get("usage") if s["kind"] == "plan" and isinstance(s["output"], dict) else None
+        tokens = str(spent.get("input_tokens", 0) + spent.get("output_tokens", 0)) if spent else "-"
+        cost = _cost(spent.get("cost_usd", 0.0), spent.get("unpriced", False)) if spent else "-"
         table.add_row(str(s["iteration"]), s["kind"], s["name"] or "-", s["status"], str(s["attempts"]),
-                      f"{s['duration_ms'] or 0:.1f}", s["worker"] or "-")
+                      f"{s['duration_ms'] or 0:.1f}", tokens, cost, s["worker"] or "-")
     out.print(table)
     if described["approvals"]:
         asked = Table("iteration", "call", "tool", "arguments", "rule", "answer", "by", "at", "note")
@@ -266,14 +278,14 @@ def runs(
     found = rt.store.list_runs(agent=agent, states=states, since=parse_since(since) if since else None, limit=limit)
     for run in found:
         row = {"run_id": run.run_id, "agent": run.agent, "state": run.state.value, "iteration": run.iteration,
-               "tokens": run.input_tokens + run.output_tokens, "cost_usd": run.cost_usd,
+               "tokens": run.input_tokens + run.output_tokens, "cost_usd": run.cost_usd, "unpriced": run.unpriced,
                "created_at": run.created_at.isoformat(timespec="seconds"), "error_code": run.error_code}
         if as_json:
             print(json.dumps(row))
         else:
             ended = f" {run.error_code}" if run.error_code else ""
             out.print(f"{row['run_id']}  {row['created_at']}  {run.agent}  {row['state']}{ended}  "
-                      f"iterations={run.iteration + 1} tokens={row['tokens']} cost=${run.cost_usd:.6f}",
+                      f"iterations={run.iteration + 1} tokens={row['tokens']} cost={_cost(run.cost_usd, run.unpriced)}",
                       soft_wrap=True, markup=False, highlight=False)
 
 
@@ -549,7 +561,7 @@ def flower(
 @app.command()
 def agents(as_json: Annotated[bool, typer.Option("--json", help="Print JSON")] = False) -> None:
     """List the agents this configuration loads, with their goal schemas."""
-    registry = load_agents(get_settings().agent_modules)
+    registry = load_agents(get_settings().agent_modules, get_settings().models)
     specs = {n: {"tools": list(a.tools), "goal_schema": a.goal_schema, "result_schema": a.result_schema,
                  "model": a.model.name, "limits": a.limits.model_dump()}
              for n in registry.names() if (a := registry.get(n))}

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import importlib
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import jsonschema
@@ -46,8 +46,10 @@ class Agent:
     ``goal.<name>``.
 
     * ``instructions``: the system prompt.
-    * ``model``: any ``Model`` (``complete(ModelRequest) -> ModelTurn``): ``ReplayModel`` plays a
-      cassette, ``ScriptedModel`` scripts turns in tests.
+    * ``model``: any ``Model`` (``complete(ModelRequest) -> ModelTurn``) — ``OpenAIModel`` (any
+      Chat Completions server), ``AnthropicModel``, ``ReplayModel`` (a cassette), ``ScriptedModel``
+      (tests) — or a spec string such as ``"openai:gpt-4.1-mini"`` (models/spec.py).
+      ``AGENTFLEET_MODELS`` may swap it per agent without a code change.
     * ``goal_schema`` / ``result_schema``: JSON Schemas. A goal whose input breaks the first is
       refused (``INPUT_INVALID``) before a run starts; the run ends when the model calls the
       ``final_answer`` tool, succeeding with those arguments when they satisfy the second. An answer
@@ -83,7 +85,7 @@ class Agent:
         name: str,
         *,
         instructions: str,
-        model: Model,
+        model: Model | str,
         goal_schema: Schema,
         result_schema: Schema,
         tools: Sequence[Tool] = (),
@@ -102,6 +104,10 @@ class Agent:
             raise ConfigurationError(f"agent name {name!r} must be letters, digits, '_' or '-'")
         self.name = name
         self.instructions = instructions
+        if isinstance(model, str):
+            from agentfleet.models.spec import model_from_spec
+
+            model = model_from_spec(model)
         self.model = model
         self.goal_schema = _as_schema(goal_schema, "goal_schema", name)
         self.result_schema = _as_schema(result_schema, "result_schema", name)
@@ -167,8 +173,9 @@ class AgentRegistry:
 registry = AgentRegistry()
 
 
-def load_agents(modules: Iterable[str]) -> AgentRegistry:
-    """Import the modules that declare agents (idempotent: Python caches imports)."""
+def load_agents(modules: Iterable[str], models: Mapping[str, str] | None = None) -> AgentRegistry:
+    """Import the modules that declare agents (idempotent: Python caches imports), then give the agents
+    named in ``models`` (``AGENTFLEET_MODELS``; ``"*"``: all) the model their spec string names."""
     for module in modules:
         try:
             importlib.import_module(module)
@@ -177,4 +184,14 @@ def load_agents(modules: Iterable[str]) -> AgentRegistry:
         except Exception as exc:  # a wrong declaration: one line naming the module and the fault, exit 2
             raise ConfigurationError(f"agents module {module!r} failed while declaring its agents: "
                                      f"{type(exc).__name__}: {exc}") from exc
+    if models:
+        from agentfleet.models.spec import model_from_spec
+
+        unknown = set(models) - {"*"} - set(registry.names())
+        if unknown:
+            raise ConfigurationError(f"AGENTFLEET_MODELS names agents not loaded: {', '.join(sorted(unknown))}")
+        for agent in registry.all():
+            spec = models.get(agent.name, models.get("*"))
+            if spec:
+                agent.model = model_from_spec(spec)
     return registry

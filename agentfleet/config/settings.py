@@ -14,6 +14,7 @@ from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from agentfleet import constants
+from agentfleet.models.pricing import ModelPrice
 
 if TYPE_CHECKING:
     from agentfleet.harness.policy import ApprovalRule
@@ -91,6 +92,11 @@ class Settings(BaseSettings):
     # all, waiting up to this long between tries (or what the provider asks, capped by it).
     model_retry_attempts: int = Field(default=4, ge=1, le=20)
     model_retry_max_delay_s: float = Field(default=20.0, gt=0)
+    # Prices (USD per million tokens) over the built-in table, by model: {"my-model": {"input": 1, "output": 2}}.
+    model_prices: dict[str, ModelPrice] = Field(default_factory=dict)
+    # Model spec strings over the agents' own models, by agent name ("*": every agent), e.g.
+    # {"triage": "openai:gpt-4.1-mini"}: the same agent on a cassette in tests and a real model in production.
+    models: dict[str, str] = Field(default_factory=dict)
     # How long a worker at start, or a CLI command, tries to reach each service before it exits non-zero.
     connect_timeout_s: float = Field(default=constants.CONNECT_TIMEOUT_S, ge=0)
 

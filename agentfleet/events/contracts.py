@@ -52,9 +52,16 @@ class ResultStatus(StrEnum):
 
 
 class ResultUsage(BaseModel):
+    """What a run spent. ``cost_usd`` counts priced model calls only: ``unpriced`` says some call's model
+    has no entry in the price table (AGENTFLEET_MODEL_PRICES), so the true cost is higher, not $0."""
+
     steps: int = 0
     tokens: int = 0
     cost_usd: float = 0.0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cached_input_tokens: int = 0  # of input_tokens, served from the provider's prompt cache
+    unpriced: bool = False
 
 
 class Result(BaseModel):

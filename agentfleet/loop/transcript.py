@@ -20,9 +20,14 @@ class ToolCall(BaseModel):
 
 
 class Usage(BaseModel):
+    """Tokens and dollars. ``input_tokens`` include ``cached_input_tokens`` (prompt-cache hits, billed
+    lower); ``unpriced`` says some call's model had no price, so ``cost_usd`` counts only the priced ones."""
+
     input_tokens: int = 0
     output_tokens: int = 0
     cost_usd: float = 0.0
+    cached_input_tokens: int = 0
+    unpriced: bool = False
 
     @property
     def total_tokens(self) -> int:
@@ -33,6 +38,8 @@ class Usage(BaseModel):
             input_tokens=self.input_tokens + other.input_tokens,
             output_tokens=self.output_tokens + other.output_tokens,
             cost_usd=round(self.cost_usd + other.cost_usd, 8),
+            cached_input_tokens=self.cached_input_tokens + other.cached_input_tokens,
+            unpriced=self.unpriced or other.unpriced,
         )
 
 

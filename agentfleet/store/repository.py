@@ -65,6 +65,8 @@ class RunRecord:
     updated_at: datetime
     redrives: int = 0
     redriven_at: datetime | None = None
+    cached_input_tokens: int = 0
+    unpriced: bool = False
 
     @classmethod
     def from_row(cls, row: Any) -> RunRecord:
@@ -76,7 +78,14 @@ class RunRecord:
 
     @property
     def usage(self) -> Usage:
-        return Usage(input_tokens=self.input_tokens, output_tokens=self.output_tokens, cost_usd=self.cost_usd)
+        return Usage(input_tokens=self.input_tokens, output_tokens=self.output_tokens, cost_usd=self.cost_usd,
+                     cached_input_tokens=self.cached_input_tokens, unpriced=self.unpriced)
+
+    def usage_summary(self) -> dict[str, Any]:
+        """The run's usage as a Result and ``agentfleet status`` report it."""
+        return {"steps": self.steps_used, "tokens": self.input_tokens + self.output_tokens, "cost_usd": self.cost_usd,
+                "input_tokens": self.input_tokens, "output_tokens": self.output_tokens,
+                "cached_input_tokens": self.cached_input_tokens, "unpriced": self.unpriced}
 
     def elapsed_s(self) -> float:
         return (now() - self.created_at).total_seconds()

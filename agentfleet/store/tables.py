@@ -5,6 +5,7 @@ from __future__ import annotations
 from sqlalchemy import (
     JSON,
     BigInteger,
+    Boolean,
     Column,
     DateTime,
     Float,
@@ -15,6 +16,7 @@ from sqlalchemy import (
     String,
     Table,
     UniqueConstraint,
+    false,
 )
 
 metadata = MetaData()
@@ -37,6 +39,8 @@ runs = Table(
     Column("input_tokens", Integer, nullable=False, default=0),
     Column("output_tokens", Integer, nullable=False, default=0),
     Column("cost_usd", Float, nullable=False, default=0.0),
+    Column("cached_input_tokens", Integer, nullable=False, default=0, server_default="0"),
+    Column("unpriced", Boolean, nullable=False, default=False, server_default=false()),  # a call had no price
     Column("result", JSON),
     Column("error_code", String(64)),
     Column("created_at", Ts, nullable=False),

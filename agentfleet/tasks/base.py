@@ -206,5 +206,4 @@ def end_run(step: Step, conn: Connection, run: RunRecord, result: Result, **fiel
 
 def result_of(run: RunRecord, **fields: Any) -> Result:
     """A run's public Result with its usage filled in."""
-    usage = {"steps": run.steps_used, "tokens": run.input_tokens + run.output_tokens, "cost_usd": run.cost_usd}
-    return Result(run_id=run.run_id, goal_id=run.goal_id, agent=run.agent, usage=usage, **fields)
+    return Result(run_id=run.run_id, goal_id=run.goal_id, agent=run.agent, usage=run.usage_summary(), **fields)

@@ -211,7 +211,8 @@ def _complete(hooks: Hooks, agent: Agent, request: ModelRequest, policy: RetryPo
 def _usage_fields(run: RunRecord, turn: ModelTurn | None) -> dict[str, object]:
     usage = run.usage + turn.usage if turn else run.usage
     return dict(steps_used=run.steps_used + (1 if turn else 0), input_tokens=usage.input_tokens,
-                output_tokens=usage.output_tokens, cost_usd=usage.cost_usd)
+                output_tokens=usage.output_tokens, cost_usd=usage.cost_usd,
+                cached_input_tokens=usage.cached_input_tokens, unpriced=usage.unpriced)
 
 
 def _checkpoint(step: Step, conn: Connection, run: RunRecord, iteration: int, new_messages: list[Message],

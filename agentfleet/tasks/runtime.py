@@ -65,7 +65,7 @@ def runtime_for(app: Celery) -> Runtime:
                 topology=topology,
                 store=Store(make_engine(settings.effective_database_url), hooks=hooks),
                 publisher=publisher,
-                agents=load_agents(settings.agent_modules),
+                agents=load_agents(settings.agent_modules, settings.models),
                 redis=redis,
                 dispatch=ToolDispatch(redis, settings, by=f"{socket.gethostname()}:{os.getpid()}",
                                       report=announcer(publisher)),

@@ -115,7 +115,7 @@ def reach_all(settings: Settings, *names: str, stop_check: Callable[[], None] | 
 
 def preflight(settings: Settings, *, stop_check: Callable[[], None] | None = None) -> None:
     """Raise ConfigurationError or ServiceUnreachable naming what to fix; return when the worker may start."""
-    load_agents(settings.agent_modules)
+    load_agents(settings.agent_modules, settings.models)
     hook_targets(settings.hooks)
     url = settings.effective_database_url
     reached = reach_all(settings, stop_check=stop_check)

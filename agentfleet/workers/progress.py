@@ -109,7 +109,7 @@ def describe_run(store: Store, run_id: str) -> dict[str, Any] | None:
         "goal_id": run.goal_id,
         "state": run.state.value,
         "iteration": run.iteration,
-        "usage": {"steps": run.steps_used, "tokens": run.input_tokens + run.output_tokens, "cost_usd": run.cost_usd},
+        "usage": run.usage_summary(),
         "created_at": run.created_at.isoformat(),
         "updated_at": run.updated_at.isoformat(),
         "result": run.result,

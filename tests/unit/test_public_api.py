@@ -1,7 +1,7 @@
 import agentfleet
 
 PINNED = [
-    "Agent", "AgentfleetError", "ApprovalRule", "ErrorCode", "Goal", "GoalRejected", "HealthCheck", "Limits",
+    "Agent", "AgentfleetError", "AnthropicModel", "OpenAIModel", "model_from_spec", "ApprovalRule", "ErrorCode", "Goal", "GoalRejected", "HealthCheck", "Limits",
     "Message", "Model", "ModelAuthError", "ModelError", "ModelRequest", "ModelTurn", "ModelUnavailable",
     "ReplayModel", "Result", "ResultStatus", "RetryPolicy", "RetryingModel", "ScriptedModel", "Settings",
     "Tool", "ToolCall", "ToolContext", "ToolError", "ToolResult", "TransientToolError", "Usage", "__version__",

@@ -1,0 +1,106 @@
+"""Anthropic Messages with tool use, on the official ``anthropic`` SDK.
+
+The transcript maps onto Messages' stricter shape: system messages become the ``system`` parameter, an
+assistant turn's calls become ``tool_use`` blocks, and the tool results that answer them (with any note
+after them) one user message of ``tool_result`` blocks, so roles alternate as the API requires.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anthropic
+
+from agentfleet.loop.transcript import Message, ModelTurn, ToolCall
+from agentfleet.models.base import ModelRequest
+from agentfleet.models.provider import ClientPerProcess, api_key, priced, read_arguments, translate
+
+# Messages' stop reasons in the loop's (OpenAI's) words.
+STOP_REASONS = {"end_turn": "stop", "stop_sequence": "stop", "tool_use": "tool_calls", "max_tokens": "length",
+                "refusal": "content_filter", "pause_turn": "stop"}
+CONTEXT_WINDOW = 200_000
+
+
+class AnthropicModel:
+    """A Claude model (or any server speaking Anthropic's ``/v1/messages``).
+
+    ``AnthropicModel("claude-sonnet-4-5")`` uses ``ANTHROPIC_API_KEY``; a missing key is a
+    ``ConfigurationError`` naming it, raised when the agent is declared. ``max_output_tokens`` is required
+    by the API and defaults to 4096. Calls are not retried here (the planner's retry layer does).
+    """
+
+    offline = False
+    provider = "anthropic"
+
+    def __init__(self, model: str, *, base_url: str | None = None, api_key_env: str | None = "ANTHROPIC_API_KEY",
+                 timeout_s: float = 60.0, temperature: float | None = None, max_output_tokens: int = 4096,
+                 context_window: int = CONTEXT_WINDOW) -> None:
+        self.model = model
+        self.name = model if base_url is None else f"{model}@{base_url}"
+        key = api_key(api_key_env) if api_key_env else api_key("ANTHROPIC_API_KEY", required=False)
+        self.temperature = temperature
+        self.max_output_tokens = max_output_tokens
+        self.context_window = context_window
+        self._client = ClientPerProcess(lambda: anthropic.Anthropic(api_key=key, base_url=base_url, max_retries=0,
+                                                                    timeout=timeout_s))
+
+    def complete(self, request: ModelRequest) -> ModelTurn:
+        system, messages = to_anthropic(request.messages)
+        params: dict[str, Any] = {"model": self.model, "messages": messages, "max_tokens": self.max_output_tokens}
+        if system:
+            params["system"] = system
+        if request.tools:
+            params["tools"] = [{"name": t["name"], "description": t.get("description") or "",
+                                "input_schema": t.get("parameters") or {"type": "object"}} for t in request.tools]
+        if self.temperature is not None:
+            params["temperature"] = self.temperature
+        try:
+            response = self._client.get().messages.create(**params)
+        except (anthropic.AnthropicError, ValueError) as exc:  # ValueError: a body cut off mid-JSON
+            raise translate(exc, self.provider, self.model) from exc
+        return from_anthropic(response, self.name, self.model)
+
+
+def to_anthropic(messages: list[Message]) -> tuple[str, list[dict[str, Any]]]:
+    """(system, messages): consecutive user-side content (tool results, notes, the goal) is one user
+    message, as Messages wants roles to alternate."""
+    system = "\n\n".join(m.content or "" for m in messages if m.role == "system")
+    out: list[dict[str, Any]] = []
+    for m in messages:
+        if m.role == "system":
+            continue
+        if m.role == "assistant":
+            blocks: list[dict[str, Any]] = [{"type": "text", "text": m.content}] if m.content else []
+            blocks += [{"type": "tool_use", "id": c.id, "name": c.name, "input": c.arguments} for c in m.tool_calls]
+            out.append({"role": "assistant", "content": blocks or [{"type": "text", "text": "(no answer)"}]})
+            continue
+        if m.role == "tool":
+            block: dict[str, Any] = {"type": "tool_result", "tool_use_id": m.tool_call_id, "content": m.content or ""}
+            if '"ok": false' in (m.content or ""):
+                block["is_error"] = True
+        else:
+            block = {"type": "text", "text": m.content or ""}
+        if out and out[-1]["role"] == "user":
+            out[-1]["content"].append(block)
+        else:
+            out.append({"role": "user", "content": [block]})
+    return system, out
+
+
+def from_anthropic(response: Any, name: str, model: str) -> ModelTurn:
+    texts, calls, malformed = [], [], {}
+    for block in response.content or []:
+        if block.type == "text":
+            texts.append(block.text)
+        elif block.type == "tool_use":
+            arguments, problem = read_arguments(block.input)
+            calls.append(ToolCall(id=block.id[:128], name=block.name[:128], arguments=arguments))
+            if problem:
+                malformed[block.id[:128]] = problem
+    usage = response.usage
+    cache_read = getattr(usage, "cache_read_input_tokens", None) or 0
+    cache_write = getattr(usage, "cache_creation_input_tokens", None) or 0
+    spent = priced(model, (usage.input_tokens or 0) + cache_read + cache_write, usage.output_tokens or 0, cache_read)
+    return ModelTurn(text="".join(texts) or None, tool_calls=calls, usage=spent, model=name,
+                     stop_reason=STOP_REASONS.get(response.stop_reason or "", response.stop_reason),
+                     malformed=malformed)

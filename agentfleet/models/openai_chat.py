@@ -1,0 +1,112 @@
+"""OpenAI Chat Completions with tool calling, on the official ``openai`` SDK, for any server that speaks it:
+hosted OpenAI, vLLM, Ollama, llama.cpp's ``llama-server``, a LiteLLM proxy.
+
+The final answer is a function tool like the others (``final_answer``), not the structured-output mode:
+it works on every server that does tool calling, and lets the model finish in the same turn shape as it
+acts. Quirks of local servers are tolerated: an empty ``content`` beside tool calls, missing call ids,
+arguments that are not JSON (told back to the model, see loop/decisions.py).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import openai
+
+from agentfleet.loop.transcript import Message, ModelTurn, ToolCall
+from agentfleet.models.base import ModelRequest
+from agentfleet.models.provider import ClientPerProcess, api_key, priced, read_arguments, translate
+
+# Context windows of known models (tokens); others default to DEFAULT_CONTEXT_WINDOW or what is passed.
+CONTEXT_WINDOWS = {"gpt-4.1": 1_047_576, "gpt-4o": 128_000, "gpt-5": 400_000}
+DEFAULT_CONTEXT_WINDOW = 8_192
+
+
+class OpenAIModel:
+    """A model behind an OpenAI-compatible Chat Completions endpoint.
+
+    ``OpenAIModel("gpt-4.1-mini")`` calls OpenAI with ``OPENAI_API_KEY``;
+    ``OpenAIModel("qwen2.5-0.5b", base_url="http://127.0.0.1:8080/v1", api_key_env=None)`` a local server
+    that needs no key. A missing key is a ``ConfigurationError`` naming the variable, raised when the agent
+    is declared (worker start-up), not at the first call. Calls are not retried here: the planner's one
+    retry layer does that, per error.
+    """
+
+    offline = False
+    provider = "openai"
+
+    def __init__(self, model: str, *, base_url: str | None = None, api_key_env: str | None = "OPENAI_API_KEY",
+                 timeout_s: float = 60.0, temperature: float | None = None, max_output_tokens: int | None = None,
+                 context_window: int | None = None, extra_body: dict[str, Any] | None = None) -> None:
+        self.model = model
+        self.base_url = base_url
+        self.name = model if base_url is None else f"{model}@{base_url}"
+        key = api_key(api_key_env) if api_key_env else api_key("OPENAI_API_KEY", required=False)
+        self.temperature = temperature
+        self.max_output_tokens = max_output_tokens
+        self.extra_body = extra_body
+        self.context_window = context_window or next(
+            (n for prefix, n in CONTEXT_WINDOWS.items() if model.startswith(prefix)), DEFAULT_CONTEXT_WINDOW)
+        self._client = ClientPerProcess(lambda: openai.OpenAI(api_key=key, base_url=base_url, max_retries=0,
+                                                              timeout=timeout_s))
+
+    def complete(self, request: ModelRequest) -> ModelTurn:
+        params: dict[str, Any] = {"model": self.model, "messages": to_openai(request.messages)}
+        if request.tools:
+            params["tools"] = [{"type": "function", "function": spec} for spec in request.tools]
+        if self.temperature is not None:
+            params["temperature"] = self.temperature
+        if self.max_output_tokens is not None:
+            params["max_completion_tokens"] = self.max_output_tokens
+        if self.extra_body:
+            params["extra_body"] = self.extra_body
+        try:
+            response = self._client.get().chat.completions.create(**params)
+        except (openai.OpenAIError, ValueError) as exc:  # ValueError: a body cut off mid-JSON
+            raise translate(exc, self.provider, self.model) from exc
+        return from_openai(response, self.name, self.model, request.iteration)
+
+
+def to_openai(messages: list[Message]) -> list[dict[str, Any]]:
+    """The transcript as Chat Completions messages: calls and results matched by id."""
+    out: list[dict[str, Any]] = []
+    for m in messages:
+        if m.role == "assistant":
+            said: dict[str, Any] = {"role": "assistant", "content": m.content or ""}
+            if m.tool_calls:
+                said["tool_calls"] = [
+                    {"id": c.id, "type": "function",
+                     "function": {"name": c.name, "arguments": json.dumps(c.arguments, sort_keys=True)}}
+                    for c in m.tool_calls
+                ]
+            out.append(said)
+        elif m.role == "tool":
+            out.append({"role": "tool", "tool_call_id": m.tool_call_id, "content": m.content or ""})
+        else:
+            out.append({"role": m.role, "content": m.content or ""})
+    return out
+
+
+def from_openai(response: Any, name: str, model: str, iteration: int) -> ModelTurn:
+    """A completion as a turn. A call without an id gets one unique in the run (``i<iteration>c<n>``)."""
+    if not response.choices:
+        return ModelTurn(model=name, stop_reason="empty")
+    choice = response.choices[0]
+    message = choice.message
+    calls, malformed = [], {}
+    for n, call in enumerate(message.tool_calls or []):
+        function = getattr(call, "function", None)
+        if function is None:
+            continue
+        call_id = (call.id or "")[:128] or f"i{iteration}c{n}"
+        arguments, problem = read_arguments(function.arguments)
+        calls.append(ToolCall(id=call_id, name=(function.name or "(unnamed)")[:128], arguments=arguments))
+        if problem:
+            malformed[call_id] = problem
+    usage = response.usage
+    cached = getattr(getattr(usage, "prompt_tokens_details", None), "cached_tokens", None) or 0
+    spent = priced(model, getattr(usage, "prompt_tokens", 0) or 0, getattr(usage, "completion_tokens", 0) or 0,
+                   cached)
+    return ModelTurn(text=message.content or None, tool_calls=calls, usage=spent, model=name,
+                     stop_reason=choice.finish_reason, malformed=malformed)

@@ -1,0 +1,122 @@
+"""What the hosted-model adapters share: keys from the environment, SDK errors sorted into the two kinds
+the retry layer knows, tool arguments read defensively, and usage priced.
+
+Both official SDKs raise the same shapes (``APIStatusError`` with ``status_code`` and the response's
+headers, ``APITimeoutError``, ``APIConnectionError``), so one translation serves both. Their own retries
+are turned off (``max_retries=0``): models/retrying.py is the one layer that retries.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
+
+from agentfleet.errors import ConfigurationError, ModelAuthError, ModelError, ModelUnavailable
+from agentfleet.loop.transcript import Usage
+from agentfleet.models.pricing import usage_of
+
+C = TypeVar("C")
+
+# Statuses worth another try: timeout, conflict, too early, rate limited, and any server-side failure
+# (Anthropic's 529 "overloaded" included).
+RETRYABLE_STATUS = frozenset({408, 409, 425, 429})
+STATUS_PAGES = {"openai": "https://status.openai.com", "anthropic": "https://status.anthropic.com"}
+# Used when a server needs no key (a local llama.cpp, vLLM or Ollama): the SDK insists on one.
+NO_KEY = "unused"
+
+
+def api_key(env_var: str, *, required: bool = True) -> str:
+    """The key from the environment, or a start-up error naming the variable."""
+    value = os.environ.get(env_var, "").strip()
+    if not value and required:
+        raise ConfigurationError(f"model key missing: set {env_var} in the worker's environment")
+    return value or NO_KEY
+
+
+def translate(exc: Exception, provider: str, model: str) -> ModelError:
+    """An SDK exception as a ``ModelError`` that says whether another try could help."""
+    status = getattr(exc, "status_code", None)
+    where = f"{provider} {model}"
+    if isinstance(status, int):
+        detail = _error_message(exc)
+        if status in (401, 403):
+            return ModelAuthError(f"{where}: {status} {detail}")
+        if status in RETRYABLE_STATUS or status >= 500:
+            page = STATUS_PAGES.get(provider)
+            told = f"; see {page} for the provider's status" if page else ""
+            return ModelUnavailable(f"{where}: {status} {detail}{told}", retry_after_s=_retry_after(exc))
+        if status == 400 and "context" in detail.lower() and ("length" in detail.lower() or "window" in detail.lower()):
+            return ModelError(f"{where}: the request is over the model's context window: {detail}")
+        return ModelError(f"{where}: {status} {detail}")
+    name = type(exc).__name__
+    if isinstance(exc, ValueError):  # the body ended mid-JSON (a dropped connection, a proxy's cut)
+        return ModelUnavailable(f"{where}: the response was cut off or is not JSON: {exc}")
+    if name in ("APITimeoutError", "APIConnectionError") or isinstance(exc, (TimeoutError, ConnectionError)):
+        return ModelUnavailable(f"{where}: {name}: {exc}")
+    return ModelError(f"{where}: {name}: {exc}")
+
+
+def _error_message(exc: Exception) -> str:
+    body = getattr(exc, "body", None)
+    if isinstance(body, dict):
+        inner = body.get("error", body)
+        if isinstance(inner, dict) and inner.get("message"):
+            return str(inner["message"])[:500]
+    return str(getattr(exc, "message", exc))[:500]
+
+
+def _retry_after(exc: Exception) -> float | None:
+    """Seconds the provider asked to wait (``retry-after-ms`` or ``retry-after`` in seconds)."""
+    response = getattr(exc, "response", None)
+    headers = getattr(response, "headers", None)
+    if headers is None:
+        return None
+    for header, scale in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
+        raw = headers.get(header)
+        if raw:
+            try:
+                return max(0.0, float(raw) / scale)
+            except ValueError:
+                continue  # an HTTP date: backoff decides instead
+    return None
+
+
+def read_arguments(raw: object) -> tuple[dict[str, Any], str | None]:
+    """Tool-call arguments as an object, or empty with why they could not be read (told to the model)."""
+    if raw is None or raw == "":
+        return {}, None
+    value = raw
+    if isinstance(raw, str):
+        try:
+            value = json.loads(raw)
+        except ValueError as exc:
+            return {}, f"arguments are not JSON ({exc.msg} at character {exc.pos}): {raw[:200]!r}"
+    if not isinstance(value, dict):
+        return {}, f"arguments must be a JSON object, got {type(value).__name__}: {str(raw)[:200]!r}"
+    return value, None
+
+
+def priced(model: str, input_tokens: int, output_tokens: int, cached_input_tokens: int) -> Usage:
+    from agentfleet.config.settings import get_settings
+
+    return usage_of(model, input_tokens, output_tokens, cached_input_tokens, get_settings().model_prices)
+
+
+class ClientPerProcess(Generic[C]):
+    """An SDK client made on first use in each process: HTTP connection pools do not survive a fork, and a
+    prefork worker imports the agent (and its model) before forking."""
+
+    def __init__(self, make: Callable[[], C]) -> None:
+        self._make = make
+        self._lock = threading.Lock()
+        self._client: C | None = None
+        self._pid = 0
+
+    def get(self) -> C:
+        with self._lock:
+            if self._client is None or self._pid != os.getpid():
+                self._client, self._pid = self._make(), os.getpid()
+            return self._client
