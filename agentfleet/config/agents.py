@@ -6,6 +6,7 @@ Creating an ``Agent`` registers it; workers import the modules listed in
 
 from __future__ import annotations
 
+import copy
 import importlib
 import threading
 from collections.abc import Iterable, Mapping, Sequence
@@ -169,6 +170,23 @@ class AgentRegistry:
     def __contains__(self, name: object) -> bool:
         return name in self._agents
 
+    def with_models(self, models: Mapping[str, str]) -> AgentRegistry:
+        """A copy whose agents named in ``models`` (``"*"``: all) use the model their spec names. The
+        declared agents are left as they are: settings choose models per process, not per import."""
+        from agentfleet.models.spec import model_from_spec
+
+        unknown = set(models) - {"*"} - set(self._agents)
+        if unknown:
+            raise ConfigurationError(f"AGENTFLEET_MODELS names agents not loaded: {', '.join(sorted(unknown))}")
+        view = AgentRegistry()
+        for agent in self.all():
+            spec = models.get(agent.name, models.get("*"))
+            if spec:
+                agent = copy.copy(agent)
+                agent.model = model_from_spec(spec)
+            view._agents[agent.name] = agent
+        return view
+
 
 registry = AgentRegistry()
 
@@ -184,14 +202,4 @@ def load_agents(modules: Iterable[str], models: Mapping[str, str] | None = None)
         except Exception as exc:  # a wrong declaration: one line naming the module and the fault, exit 2
             raise ConfigurationError(f"agents module {module!r} failed while declaring its agents: "
                                      f"{type(exc).__name__}: {exc}") from exc
-    if models:
-        from agentfleet.models.spec import model_from_spec
-
-        unknown = set(models) - {"*"} - set(registry.names())
-        if unknown:
-            raise ConfigurationError(f"AGENTFLEET_MODELS names agents not loaded: {', '.join(sorted(unknown))}")
-        for agent in registry.all():
-            spec = models.get(agent.name, models.get("*"))
-            if spec:
-                agent.model = model_from_spec(spec)
-    return registry
+    return registry.with_models(models) if models else registry
