@@ -14,11 +14,24 @@ from typing import Any
 from agentfleet.constants import FINAL_ANSWER_TOOL
 from agentfleet.loop.transcript import MESSAGES, Message
 
-CHARS_PER_TOKEN = 4  # rough, provider-neutral estimate; adapters report exact usage
+# A rough, provider-neutral estimate; adapters report exact usage after each call. Counting exactly before
+# the call would need each provider's tokenizer, and neither is installable offline (tiktoken downloads
+# its tables on first use; Anthropic counts over the network), so the budget errs on the safe side instead.
+CHARS_PER_TOKEN = 4
+# Of a model's context window, the share the prompt may fill: the rest is the answer's, and the margin for
+# an estimate that runs short.
+PROMPT_SHARE_OF_WINDOW = 0.75
 
 
 def estimate_tokens(messages: Sequence[Message]) -> int:
     return len(MESSAGES.dump_json(list(messages), exclude_none=True)) // CHARS_PER_TOKEN + 1
+
+
+def context_budget(max_tokens: int, context_window: int | None) -> int:
+    """Tokens the prompt may take: the run's budget, and no more than the model's window allows."""
+    if not context_window:
+        return max_tokens
+    return max(1, min(max_tokens, int(context_window * PROMPT_SHARE_OF_WINDOW)))
 
 
 def system_prompt(instructions: str) -> str:

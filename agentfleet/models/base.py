@@ -36,6 +36,9 @@ class ModelRequest(BaseModel):
 
 @runtime_checkable
 class Model(Protocol):
+    """``complete`` answers one request. Optional: ``context_window`` (tokens), which bounds the prompt the
+    planner builds; adapters of real models set it."""
+
     name: str
     # True when turns are played back, not generated: the CLI says so on screen.
     offline: bool

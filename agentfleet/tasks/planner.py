@@ -14,7 +14,7 @@ from sqlalchemy import Connection
 
 from agentfleet.config.agents import Agent
 from agentfleet.constants import REPAIR_MESSAGE_NAME
-from agentfleet.context.builder import build_messages
+from agentfleet.context.builder import build_messages, context_budget
 from agentfleet.errors import RECOVERY_SUGGESTIONS, AgentNotLoaded, ErrorCode, GoalRejected, ModelError
 from agentfleet.events.contracts import Result, ResultStatus
 from agentfleet.events.envelope import (
@@ -139,11 +139,12 @@ def _plan(step: Step, agent: Agent, run: RunRecord, *, iteration: int, new_messa
                 return _end(step, run, new_messages, iteration, None, ResultStatus.FAILED, ErrorCode.POISON_MESSAGE,
                             msg)
             offer = _checkpointed_offer(record.input, offer)
+            window = getattr(agent.model, "context_window", None)  # adapters of real models know theirs
             request = ModelRequest(
                 run_id=run.run_id, agent=agent.name, iteration=iteration, goal=run.input,
                 tools=agent.tool_specs(offer.tools),
                 messages=build_messages(agent.instructions, run.input, history + new_messages,
-                                        budget_tokens=limits.max_tokens, notice=offer.notice),
+                                        budget_tokens=context_budget(limits.max_tokens, window), notice=offer.notice),
             )
             started = time.perf_counter()
             try:

@@ -40,3 +40,11 @@ def test_building_context_does_not_change_the_transcript() -> None:
     before = [m.model_copy(deep=True) for m in body]
     build_messages("i", {}, body, budget_tokens=100)
     assert body == before
+
+
+def test_the_prompt_budget_is_the_runs_and_no_more_than_the_models_window_allows() -> None:
+    from agentfleet.context.builder import context_budget
+
+    assert context_budget(200_000, None) == 200_000
+    assert context_budget(200_000, 8192) == 6144  # three quarters: the rest is the answer's
+    assert context_budget(1000, 8192) == 1000

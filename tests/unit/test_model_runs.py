@@ -114,3 +114,19 @@ def test_a_wrong_agent_name_in_the_models_setting_is_refused(tmp_path: Path) -> 
 
     with pytest.raises(ConfigurationError, match="wird"):
         load_agents(["tests.fixtures.agents"], {"wird": "openai:gpt-4.1-mini"})
+
+
+def test_a_small_context_window_elides_old_tool_results_from_the_request(
+        fleet: EmbeddedFleet, server: HTTPServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    model = fleet.runtime.agent("wired").model  # type: ignore[union-attr]
+    monkeypatch.setattr(model, "context_window", 300)
+    endpoint = "/v1/chat/completions"
+    big = json.dumps({"text": "word " * 300})
+    server.expect_ordered_request(endpoint).respond_with_json(reply(call("e1", "slow_echo", big)))
+    server.expect_ordered_request(endpoint).respond_with_json(reply(call("e2", "slow_echo", '{"text": "x"}')))
+    server.expect_ordered_request(endpoint).respond_with_json(reply(call("e3", "final_answer", '{"done": true}')))
+    run_id = fleet.submit({"agent": "wired", "input": {}})
+    assert wait_for_run(fleet.store, run_id, timeout=30).result["status"] == "succeeded"  # type: ignore[index]
+    last = sent(server)[2]["messages"]
+    first_result = next(m for m in last if m.get("tool_call_id") == "e1")
+    assert json.loads(first_result["content"])["elided"] is True
