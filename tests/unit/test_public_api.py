@@ -1,7 +1,8 @@
 import agentfleet
 
 PINNED = [
-    "Agent", "AgentfleetError", "AnthropicModel", "OpenAIModel", "model_from_spec", "ApprovalRule", "ErrorCode", "Goal", "GoalRejected", "HealthCheck", "Limits",
+    "Agent", "AgentfleetError", "AnthropicModel", "OpenAIModel", "model_from_spec",
+    "ApprovalRule", "ErrorCode", "Goal", "GoalRejected", "HealthCheck", "Limits",
     "Message", "Model", "ModelAuthError", "ModelError", "ModelRequest", "ModelTurn", "ModelUnavailable",
     "ReplayModel", "Result", "ResultStatus", "RetryPolicy", "RetryingModel", "ScriptedModel", "Settings",
     "Tool", "ToolCall", "ToolContext", "ToolError", "ToolResult", "TransientToolError", "Usage", "__version__",
