@@ -94,6 +94,7 @@ BREAKER_TRIAL_KEY: Final = "breaker-trial"  # SET NX: the one call a half-open b
 CACHE_KEY: Final = "cache"  # a read-only tool's result under its canonical arguments
 CACHE_HITS_KEY: Final = "cache-hits"  # hits per tool (for `agentfleet tools`)
 LOCK_KEY: Final = "lock"  # a resource lock a tool declares (redis-py Lock)
+RATE_LIMIT_KEY: Final = "ratelimit"  # prefix of a model's moving windows (the ``limits`` library's keys)
 
 HEALTH_TTL_HEALTHY_S: Final = 30.0
 HEALTH_TTL_DOWN_S: Final = 5.0

@@ -9,7 +9,7 @@ from __future__ import annotations
 import copy
 import importlib
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import jsonschema
@@ -170,9 +170,10 @@ class AgentRegistry:
     def __contains__(self, name: object) -> bool:
         return name in self._agents
 
-    def with_models(self, models: Mapping[str, str]) -> AgentRegistry:
-        """A copy whose agents named in ``models`` (``"*"``: all) use the model their spec names. The
-        declared agents are left as they are: settings choose models per process, not per import."""
+    def with_models(self, models: Mapping[str, str], wrap: Callable[[Model], Model] | None = None) -> AgentRegistry:
+        """A copy whose agents named in ``models`` (``"*"``: all) use the model their spec names, and whose
+        models ``wrap`` wraps. The declared agents are left as they are: settings choose models per process,
+        not per import."""
         from agentfleet.models.spec import model_from_spec
 
         unknown = set(models) - {"*"} - set(self._agents)
@@ -181,9 +182,10 @@ class AgentRegistry:
         view = AgentRegistry()
         for agent in self.all():
             spec = models.get(agent.name, models.get("*"))
-            if spec:
+            if spec or wrap:
                 agent = copy.copy(agent)
-                agent.model = model_from_spec(spec)
+                model = model_from_spec(spec) if spec else agent.model
+                agent.model = wrap(model) if wrap else model
             view._agents[agent.name] = agent
         return view
 
@@ -191,9 +193,11 @@ class AgentRegistry:
 registry = AgentRegistry()
 
 
-def load_agents(modules: Iterable[str], models: Mapping[str, str] | None = None) -> AgentRegistry:
+def load_agents(modules: Iterable[str], models: Mapping[str, str] | None = None,
+                wrap: Callable[[Model], Model] | None = None) -> AgentRegistry:
     """Import the modules that declare agents (idempotent: Python caches imports), then give the agents
-    named in ``models`` (``AGENTFLEET_MODELS``; ``"*"``: all) the model their spec string names."""
+    named in ``models`` (``AGENTFLEET_MODELS``; ``"*"``: all) the model their spec string names, each model
+    passed through ``wrap`` (the fleet's rate limit)."""
     for module in modules:
         try:
             importlib.import_module(module)
@@ -202,4 +206,4 @@ def load_agents(modules: Iterable[str], models: Mapping[str, str] | None = None)
         except Exception as exc:  # a wrong declaration: one line naming the module and the fault, exit 2
             raise ConfigurationError(f"agents module {module!r} failed while declaring its agents: "
                                      f"{type(exc).__name__}: {exc}") from exc
-    return registry.with_models(models) if models else registry
+    return registry.with_models(models or {}, wrap) if models or wrap else registry

@@ -15,6 +15,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from agentfleet import constants
 from agentfleet.models.pricing import ModelPrice
+from agentfleet.models.ratelimit import ModelRateLimit
 
 if TYPE_CHECKING:
     from agentfleet.harness.policy import ApprovalRule
@@ -97,6 +98,9 @@ class Settings(BaseSettings):
     # Model spec strings over the agents' own models, by agent name ("*": every agent), e.g.
     # {"triage": "openai:gpt-4.1-mini"}: the same agent on a cassette in tests and a real model in production.
     models: dict[str, str] = Field(default_factory=dict)
+    # Fleet-wide rate limits by model name ("*": any model), shared through Redis (in-process when embedded):
+    # {"gpt-4.1-mini": {"requests": "500/minute", "tokens": "200000/minute"}}.
+    model_rate_limits: dict[str, ModelRateLimit] = Field(default_factory=dict)
     # How long a worker at start, or a CLI command, tries to reach each service before it exits non-zero.
     connect_timeout_s: float = Field(default=constants.CONNECT_TIMEOUT_S, ge=0)
 

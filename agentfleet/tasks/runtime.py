@@ -5,10 +5,12 @@ from __future__ import annotations
 import os
 import socket
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from celery import Celery
 
+from agentfleet import constants as C
 from agentfleet.config.agents import Agent, AgentRegistry, load_agents
 from agentfleet.config.settings import Settings
 from agentfleet.events.publisher import Publisher
@@ -18,6 +20,8 @@ from agentfleet.harness.fleet_redis import FleetRedis, connect
 from agentfleet.harness.redaction import install_for
 from agentfleet.hooks.base import Hooks
 from agentfleet.hooks.loading import build_hooks
+from agentfleet.models.base import Model
+from agentfleet.models.ratelimit import rate_limited
 from agentfleet.store.db import make_engine
 from agentfleet.store.repository import Store
 from agentfleet.tasks.health import announcer
@@ -65,7 +69,7 @@ def runtime_for(app: Celery) -> Runtime:
                 topology=topology,
                 store=Store(make_engine(settings.effective_database_url), hooks=hooks),
                 publisher=publisher,
-                agents=load_agents(settings.agent_modules, settings.models),
+                agents=load_agents(settings.agent_modules, settings.models, wrap=_rate_limit(settings)),
                 redis=redis,
                 dispatch=ToolDispatch(redis, settings, by=f"{socket.gethostname()}:{os.getpid()}",
                                       report=announcer(publisher)),
@@ -73,6 +77,14 @@ def runtime_for(app: Celery) -> Runtime:
             )
             app._agentfleet_runtime = existing  # type: ignore[attr-defined]
     return existing
+
+
+def _rate_limit(settings: Settings) -> Callable[[Model], Model] | None:
+    """The wrapper giving models their share of the fleet-wide rate limit, when any is set."""
+    if not settings.model_rate_limits:
+        return None
+    uri = "memory://" if settings.embedded else settings.redis_url
+    return rate_limited(settings.model_rate_limits, uri, C.redis_key(settings.namespace, C.RATE_LIMIT_KEY))
 
 
 def share_runtime(app: Celery, runtime: Runtime) -> None:
