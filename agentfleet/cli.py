@@ -6,7 +6,9 @@ import json
 import os
 import sys
 import uuid
-from typing import Annotated, Any
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -19,6 +21,9 @@ from agentfleet.config.agents import load_agents
 from agentfleet.config.settings import Settings, get_settings
 from agentfleet.errors import AgentfleetError, ConfigurationError, GoalRejected, ServiceUnreachable
 from agentfleet.events.contracts import Goal, Result, ResultStatus
+
+if TYPE_CHECKING:
+    from agentfleet.models.base import Model
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Run LLM agents as a fleet of message-driven workers.")
@@ -105,8 +110,39 @@ def run(
     max_steps: MaxStepsOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print only the Result JSON")] = False,
     timeout: Annotated[float, typer.Option(help="Seconds to wait for the result")] = 600.0,
+    model: Annotated[str | None, typer.Option(
+        "--model", help="Run on this model spec instead of the agent's (openai:gpt-4.1-mini, "
+                        "anthropic:…, openai-compatible:http://127.0.0.1:8080/v1:NAME, replay:FILE)")] = None,
+    record: Annotated[Path | None, typer.Option(
+        "--record", help="Record every model exchange of the run to this cassette (agentfleet replay reads it)")
+    ] = None,
 ) -> None:
     """Run a goal in embedded mode: the whole fleet in this process (memory broker, SQLite)."""
+    from agentfleet.models.recording import RecordingModel
+    from agentfleet.models.spec import model_from_spec
+
+    body = _goal(agent, input_json, goal_id, max_steps)
+    recorder: RecordingModel | None = None
+
+    def swap(declared: Model) -> Model:
+        nonlocal recorder
+        chosen = model_from_spec(model) if model else declared
+        if record is None:
+            return chosen
+        recorder = RecordingModel(chosen, record, agent=agent, goal=body["input"])
+        return recorder
+
+    result = _run_embedded(agent, body, swap if model or record else None, as_json, timeout)
+    if recorder is not None:
+        recorder.finish(result.model_dump(mode="json", exclude_none=True))
+        if not as_json:
+            out.print(f"recorded {len(recorder.cassette.turns)} model turns to {record}")
+    _exit_for(result)
+
+
+def _run_embedded(agent: str, body: dict[str, Any], swap: Callable[[Model], Model] | None, as_json: bool,
+                  timeout: float, *, show_result: bool = True) -> Result:
+    """One goal through an embedded fleet, followed on screen; ``swap`` chooses the agent's model."""
     from agentfleet.workers.embedded import EmbeddedFleet
     from agentfleet.workers.progress import follow
 
@@ -114,10 +150,13 @@ def run(
     logs.configure("WARNING" if settings.log_level != "DEBUG" else "DEBUG", settings.log_json)
     with EmbeddedFleet(settings) as fleet:
         spec = fleet.runtime.agent(agent)
+        if spec is not None and swap is not None:
+            fleet.use_model(agent, swap(spec.model))
+            spec = fleet.runtime.agent(agent)
         try:
-            run_id = fleet.submit(_goal(agent, input_json, goal_id, max_steps))
+            run_id = fleet.submit(body)
         except GoalRejected as exc:
-            result = Result.rejection(exc.code, exc.message, agent=agent, goal_id=goal_id)
+            result = Result.rejection(exc.code, exc.message, agent=agent, goal_id=body.get("goal_id"))
             _print_result(result, as_json)
             _exit_for(result)
         if not as_json:
@@ -129,8 +168,48 @@ def run(
         if result is None:
             _still_running(run_id, timeout, as_json)
         assert result is not None
-        _print_result(result, as_json)  # before the fleet's warm shutdown, which takes a few seconds
-    _exit_for(result)
+        if show_result:
+            _print_result(result, as_json)  # before the fleet's warm shutdown, which takes a few seconds
+    return result
+
+
+@app.command()
+def replay(
+    cassette: Annotated[Path, typer.Argument(help="A cassette recorded with agentfleet run --record")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON")] = False,
+    timeout: Annotated[float, typer.Option(help="Seconds to wait for the result")] = 600.0,
+) -> None:
+    """Re-run a recorded goal on the current code, the model played back strictly from the recording, and
+    report step by step where the requests (so the tools' results or the prompt) or the Result diverge.
+    Exit 0 when nothing diverged, 1 otherwise."""
+    from agentfleet.models.replay import ReplayModel
+
+    player = ReplayModel(cassette, strict=True)
+    recorded = player.cassette
+    if recorded.agent is None or recorded.goal is None:
+        err.print(f"{cassette} was not recorded from a run (no agent and goal in it); "
+                  "record one with: agentfleet run AGENT --input ... --record FILE")
+        raise typer.Exit(C.EXIT_CONFIGURATION)
+    result = _run_embedded(recorded.agent, {"agent": recorded.agent, "input": recorded.goal}, lambda _: player,
+                           as_json, timeout, show_result=not as_json)
+    now = result.model_dump(mode="json", exclude_none=True)
+    was = recorded.result or {}
+    same_result = {k: now.get(k) for k in ("status", "output", "error_code")} == {
+        k: was.get(k) for k in ("status", "output", "error_code")}
+    report = {"cassette": str(cassette), "steps": [{"iteration": i, "matched": ok, "divergence": said or None}
+                                                   for i, ok, said in player.checks],
+              "result_matches": same_result, "recorded_result": was, "result": now}
+    if as_json:
+        print(json.dumps(report, default=str))
+    else:
+        for i, ok, said in player.checks:
+            told = "[green]same request as recorded[/]" if ok else f"[red]diverged[/]: {escape(said)}"
+            out.print(f"iteration {i}: {told}", soft_wrap=True)
+        out.print("result: " + ("[green]same as recorded[/]" if same_result else
+                                f"[red]differs[/]: recorded {was.get('status')} {json.dumps(was.get('output'))[:200]}"
+                                f"; now {now.get('status')} {json.dumps(now.get('output'))[:200]}"), soft_wrap=True)
+    diverged = not same_result or not all(ok for _, ok, _ in player.checks)
+    raise typer.Exit(1 if diverged else 0)
 
 
 @app.command()

@@ -170,6 +170,15 @@ class AgentRegistry:
     def __contains__(self, name: object) -> bool:
         return name in self._agents
 
+    def replaced(self, name: str, model: Model) -> AgentRegistry:
+        """A copy in which agent ``name`` (a copy of it) uses ``model``: the CLI's recording and replay."""
+        view = AgentRegistry()
+        view._agents = dict(self._agents)
+        if name in view._agents:
+            view._agents[name] = copy.copy(view._agents[name])
+            view._agents[name].model = model
+        return view
+
     def with_models(self, models: Mapping[str, str], wrap: Callable[[Model], Model] | None = None) -> AgentRegistry:
         """A copy whose agents named in ``models`` (``"*"``: all) use the model their spec names, and whose
         models ``wrap`` wraps. The declared agents are left as they are: settings choose models per process,

@@ -1,17 +1,23 @@
 """Plays back recorded model turns from a cassette file: no network, no API key.
 
-A cassette records a model's decisions, one turn per iteration. Values a model
-copied out of what it was shown are recorded as references, so a replay stays
-true on any input:
+A cassette records a model's decisions, one turn per iteration. Two kinds:
 
-* ``{"$goal": "/path"}`` — a JSON Pointer into the goal's input;
-* ``{"$result": "call_id", "pointer": "/output/total_lines"}`` — into an earlier
-  tool call's result as the model saw it (``{"ok": ..., "output": ...}``), with an
-  optional ``"default"`` for when that call failed.
+* Hand-written: values a model copied out of what it was shown are written as
+  references, so a replay stays true on any input —
+  ``{"$goal": "/path"}`` (a JSON Pointer into the goal's input) and
+  ``{"$result": "call_id", "pointer": "/output/total_lines"}`` (into an earlier tool
+  call's result as the model saw it, ``{"ok": ..., "output": ...}``, with an optional
+  ``"default"`` for when that call failed).
+* Recorded from a real run (``agentfleet run --record``, models/recording.py): each
+  turn keeps the request it answered (messages and a fingerprint), and the cassette the
+  goal and the Result. Replaying it is *strict*: a request that differs from the
+  recorded one (a tool now returns something else, the prompt changed) fails the run
+  with the first differing message named — a production run as a regression test.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -19,7 +25,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from agentfleet.errors import ConfigurationError, ModelError
-from agentfleet.loop.transcript import ModelTurn, ToolCall, Usage
+from agentfleet.loop.transcript import Message, ModelTurn, ToolCall, Usage
 from agentfleet.models.base import ModelRequest
 
 
@@ -27,12 +33,50 @@ class RecordedTurn(BaseModel):
     text: str | None = None
     tool_calls: list[ToolCall] = Field(default_factory=list)
     usage: Usage = Field(default_factory=Usage)
+    stop_reason: str | None = None
+    malformed: dict[str, str] = Field(default_factory=dict)
+    # Recorded runs only: the request this turn answered, and its fingerprint.
+    fingerprint: str | None = None
+    messages: list[Message] | None = None
+    tools: list[str] | None = None
 
 
 class Cassette(BaseModel):
     model: str
     description: str = ""
     turns: list[RecordedTurn]
+    # Recorded runs only: what was asked, of whom, and how it ended.
+    agent: str | None = None
+    goal: dict[str, Any] | None = None
+    result: dict[str, Any] | None = None
+
+
+class ReplayDiverged(ModelError):
+    """A strict replay met a request that differs from the recorded one."""
+
+
+def fingerprint(request: ModelRequest) -> str:
+    """What the model was shown (messages and tools offered), as a short stable hash."""
+    shown = {"messages": [m.model_dump(mode="json", exclude_none=True) for m in request.messages],
+             "tools": sorted(t.get("name", "") for t in request.tools)}
+    return hashlib.sha256(json.dumps(shown, sort_keys=True, default=str).encode()).hexdigest()[:24]
+
+
+def divergence(recorded: list[Message], now: list[Message]) -> str:
+    """The first message that differs between a recorded request and today's, said for a person."""
+    for i, (was, is_) in enumerate(zip(recorded, now, strict=False)):
+        if was != is_:
+            what = f"message {i} ({is_.role}" + (f", result of call {is_.tool_call_id}" if is_.tool_call_id else "")
+            return (f"{what}) differs: recorded {_short(was.content, was.tool_calls)}; "
+                    f"now {_short(is_.content, is_.tool_calls)}")
+    if len(recorded) != len(now):
+        return f"the request has {len(now)} messages; the recording has {len(recorded)}"
+    return "the tools offered differ"
+
+
+def _short(content: str | None, calls: list[ToolCall]) -> str:
+    text = content if content is not None else json.dumps([[c.name, c.arguments] for c in calls], default=str)
+    return text if len(text) <= 300 else text[:300] + "…"
 
 
 class ReplayModel:
@@ -42,13 +86,19 @@ class ReplayModel:
 
     offline = True
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, *, strict: bool | None = None) -> None:
+        """``strict``: fail on a request that differs from the recorded one; by default, when the cassette
+        was recorded from a run (its turns keep their requests)."""
         self.path = Path(path)
         try:
             self.cassette = Cassette.model_validate_json(self.path.read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
             raise ConfigurationError(f"cannot load cassette {self.path}: {exc}") from exc
         self.name = f"replay:{self.cassette.model}"
+        recorded = any(t.fingerprint for t in self.cassette.turns)
+        self.strict = recorded if strict is None else strict
+        # One line per iteration replayed: (iteration, matched, what differed); `agentfleet replay` reports it.
+        self.checks: list[tuple[int, bool, str]] = []
 
     def complete(self, request: ModelRequest) -> ModelTurn:
         if request.iteration >= len(self.cassette.turns):
@@ -57,12 +107,29 @@ class ReplayModel:
                 f"iteration {request.iteration} was not recorded"
             )
         recorded = self.cassette.turns[request.iteration]
+        if self.strict and recorded.fingerprint:
+            self._check(request, recorded)
         seen = request.tool_outputs()
         calls = [
             call.model_copy(update={"arguments": _resolve(call.arguments, request.goal, seen)})
             for call in recorded.tool_calls
         ]
-        return ModelTurn(text=recorded.text, tool_calls=calls, usage=recorded.usage, model=self.name)
+        return ModelTurn(text=recorded.text, tool_calls=calls, usage=recorded.usage, model=self.name,
+                         stop_reason=recorded.stop_reason, malformed=recorded.malformed)
+
+    def _check(self, request: ModelRequest, recorded: RecordedTurn) -> None:
+        """The recorded request, message by message when kept (an edited recording counts), else by hash."""
+        if recorded.messages is not None:
+            tools = [t.get("name", "") for t in request.tools]
+            same = recorded.messages == request.messages and (recorded.tools is None or recorded.tools == tools)
+        else:
+            same = fingerprint(request) == recorded.fingerprint
+        if same:
+            self.checks.append((request.iteration, True, ""))
+            return
+        said = divergence(recorded.messages or [], request.messages)
+        self.checks.append((request.iteration, False, said))
+        raise ReplayDiverged(f"replay of {self.path.name} diverged at iteration {request.iteration}: {said}")
 
 
 def _resolve(value: Any, goal: dict[str, Any], seen: dict[str, Any]) -> Any:

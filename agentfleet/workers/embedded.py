@@ -20,6 +20,7 @@ from agentfleet import constants as C
 from agentfleet.config.settings import Settings
 from agentfleet.errors import AgentfleetError
 from agentfleet.events.contracts import Goal
+from agentfleet.models.base import Model
 from agentfleet.store import db
 from agentfleet.store.repository import Store
 from agentfleet.tasks.admission import admit, check_conflict, goal_event
@@ -97,6 +98,10 @@ class InProcessFleet:
                 self.stop()
                 raise AgentfleetError(f"embedded worker {worker.hostname} did not start in {START_TIMEOUT_S}s")
         return self
+
+    def use_model(self, agent: str, model: Model) -> None:
+        """Run ``agent`` on ``model`` in this fleet (the declared agent is left as it is)."""
+        self.runtime.agents = self.runtime.agents.replaced(agent, model)
 
     def submit(self, body: dict[str, Any] | Goal) -> str:
         """Admit a goal (raising GoalRejected) and publish it; returns the run id."""

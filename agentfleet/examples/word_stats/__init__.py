@@ -1,0 +1,37 @@
+"""word_stats: how many words a text has, and its longest word (the README's guide to writing an agent)."""
+
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from agentfleet import Agent, Limits, ReplayModel, tool
+
+
+@tool(read_only=True)
+def count_words(text: str) -> dict:
+    """Count the words in a text."""
+    return {"words": len(text.split())}
+
+
+@tool(read_only=True)
+def longest_word(text: str) -> dict:
+    """Find the longest word in a text (punctuation aside)."""
+    words = [word.strip(".,;:!?\"'()") for word in text.split()]
+    return {"word": max(words, key=len, default="")}
+
+
+class Stats(BaseModel):
+    words: int
+    longest: str
+
+
+word_stats = Agent(
+    "word_stats",
+    instructions="Report how many words the goal's text has and its longest word. Use the tools to find out.",
+    model=ReplayModel(Path(__file__).with_name("word_stats.cassette.json")),
+    goal_schema={"type": "object", "properties": {"text": {"type": "string", "maxLength": 10000}},
+                 "required": ["text"]},
+    result_schema=Stats,
+    tools=[count_words, longest_word],
+    limits=Limits(max_steps=6, max_cost_usd=0.05),
+)

@@ -1,0 +1,32 @@
+"""A local server that answers OpenAI Chat Completions like a small, diligent model of word_stats: it calls
+both tools on the goal's text, then answers from what they returned. For tests of the adapter, recording and
+the README's guide."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from werkzeug import Request, Response
+
+
+def word_stats_model(request: Request) -> Response:
+    body = json.loads(request.get_data())
+    messages = body["messages"]
+    results = {m["tool_call_id"]: json.loads(m["content"]) for m in messages if m["role"] == "tool"}
+    if not results:
+        goal = json.loads(next(m["content"] for m in messages if m["role"] == "user"))["goal"]
+        args = json.dumps({"text": goal["text"]})
+        calls = [_call("w1", "count_words", args), _call("w2", "longest_word", args)]
+    else:
+        answer = {"words": results["w1"]["output"]["words"], "longest": results["w2"]["output"]["word"]}
+        calls = [_call("w3", "final_answer", json.dumps(answer))]
+    reply = {"id": "chatcmpl-fake", "object": "chat.completion", "created": 1, "model": body["model"],
+             "choices": [{"index": 0, "finish_reason": "tool_calls",
+                          "message": {"role": "assistant", "content": "", "tool_calls": calls}}],
+             "usage": {"prompt_tokens": 120, "completion_tokens": 30, "total_tokens": 150}}
+    return Response(json.dumps(reply), content_type="application/json")
+
+
+def _call(call_id: str, name: str, arguments: str) -> dict[str, Any]:
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
