@@ -11,6 +11,7 @@ from agentfleet.loop.transcript import ModelTurn, ToolCall, Usage
 from agentfleet.models.base import ModelRequest
 
 Turn = ModelTurn | Callable[[ModelRequest], ModelTurn]
+_AUTO = "~auto~"  # marks an id ScriptedModel.calls made up, to be made unique when the turn is played
 
 
 class ScriptedModel:
@@ -31,12 +32,15 @@ class ScriptedModel:
             raise ModelError(f"{self.name} has no turn for iteration {request.iteration}")
         turn = self.turns[request.iteration]
         result = turn(request) if callable(turn) else turn
-        return result.model_copy(update={"model": self.name})
+        calls = [c.model_copy(update={"id": f"i{request.iteration}-{c.id[len(_AUTO):]}"})
+                 if c.id.startswith(_AUTO) else c for c in result.tool_calls]
+        return result.model_copy(update={"model": self.name, "tool_calls": calls})
 
     @staticmethod
     def calls(*calls: tuple[str, dict[str, Any]] | ToolCall, tokens: int = 10) -> ModelTurn:
-        """A turn making these calls; ids are generated when given as (name, args)."""
-        built = [c if isinstance(c, ToolCall) else ToolCall(id=f"call{i}", name=c[0], arguments=c[1])
+        """A turn making these calls. Calls given as (name, args) get ids unique in the run (``i<iteration>-call<n>``,
+        as a provider's are: a transcript matches results to calls by id)."""
+        built = [c if isinstance(c, ToolCall) else ToolCall(id=f"{_AUTO}call{i}", name=c[0], arguments=c[1])
                  for i, c in enumerate(calls)]
         return ModelTurn(tool_calls=built, usage=Usage(input_tokens=tokens, output_tokens=tokens))
 

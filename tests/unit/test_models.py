@@ -72,3 +72,10 @@ def test_scripted_model_answers_by_iteration_and_may_read_the_request() -> None:
     assert model.complete(request(1)).tool_calls[0].arguments == {"i": 1}
     with pytest.raises(ModelError):
         model.complete(request(2))
+
+
+def test_scripted_call_ids_are_unique_in_the_run() -> None:
+    model = ScriptedModel([ScriptedModel.calls(("t", {}), ("t", {"x": 1}))] * 2)
+    first, second = model.complete(request(0)), model.complete(request(1))
+    ids = [c.id for c in first.tool_calls + second.tool_calls]
+    assert ids == ["i0-call0", "i0-call1", "i1-call0", "i1-call1"]
