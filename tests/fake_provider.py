@@ -13,9 +13,11 @@ from werkzeug import Request, Response
 def word_stats_model(request: Request) -> Response:
     body = json.loads(request.get_data())
     messages = body["messages"]
-    results = {m["tool_call_id"]: json.loads(m["content"]) for m in messages if m["role"] == "tool"}
+    at = max(i for i, m in enumerate(messages) if m["role"] == "user" and m["content"].startswith('{"goal"'))
+    # after the agent's worked example: this run's goal, and what its tools returned
+    results = {m["tool_call_id"]: json.loads(m["content"]) for m in messages[at:] if m["role"] == "tool"}
     if not results:
-        goal = json.loads(next(m["content"] for m in messages if m["role"] == "user"))["goal"]
+        goal = json.loads(messages[at]["content"])["goal"]
         args = json.dumps({"text": goal["text"]})
         calls = [_call("w1", "count_words", args), _call("w2", "longest_word", args)]
     else:

@@ -19,6 +19,7 @@ from agentfleet.constants import FINAL_ANSWER_TOOL
 from agentfleet.errors import ConfigurationError
 from agentfleet.harness.policy import ApprovalRule, check_rules
 from agentfleet.loop.budgets import Limits
+from agentfleet.loop.transcript import Message
 
 if TYPE_CHECKING:
     from agentfleet.harness.tool import Tool
@@ -60,6 +61,8 @@ class Agent:
     * ``limits``: steps, tokens, cost and deadline (``Limits``); a goal may tighten them.
     * ``approval_rules``: ``ApprovalRule`` s asking a person about (or denying) calls by their
       arguments.
+    * ``examples``: a worked exchange (``Message`` s: a goal, calls, their results) shown before the
+      goal. Small local models call tools reliably only after seeing one.
 
     Example::
 
@@ -92,6 +95,7 @@ class Agent:
         tools: Sequence[Tool] = (),
         limits: Limits | None = None,
         approval_rules: Sequence[ApprovalRule] = (),
+        examples: Sequence[Message] = (),
         register: bool = True,
         **unknown: Any,
     ) -> None:
@@ -100,7 +104,7 @@ class Agent:
         if unknown:
             raise ConfigurationError(f"agent {name!r}: unknown option(s) {', '.join(sorted(unknown))}; known: "
                                      "instructions, model, goal_schema, result_schema, tools, limits, "
-                                     "approval_rules, register")
+                                     "approval_rules, examples, register")
         if not name or not name.replace("_", "").replace("-", "").isalnum():
             raise ConfigurationError(f"agent name {name!r} must be letters, digits, '_' or '-'")
         self.name = name
@@ -113,6 +117,7 @@ class Agent:
         self.goal_schema = _as_schema(goal_schema, "goal_schema", name)
         self.result_schema = _as_schema(result_schema, "result_schema", name)
         self.limits = limits or Limits()
+        self.examples = _checked_examples(examples, name)
         self.tools: dict[str, Tool] = {}
         for t in tools:
             if t.name == FINAL_ANSWER_TOOL or t.name in self.tools:
@@ -142,6 +147,23 @@ class Agent:
 
     def __repr__(self) -> str:
         return f"Agent({self.name!r}, tools={list(self.tools)})"
+
+
+def _checked_examples(examples: Sequence[Message], agent: str) -> tuple[Message, ...]:
+    """A worked exchange the way providers accept it: every call answered by id before the next turn."""
+    out = tuple(examples)
+    asked: set[str] = set()
+    for message in out:
+        if not isinstance(message, Message):
+            raise ConfigurationError(f"agent {agent!r}: examples must be Message objects, got {type(message).__name__}")
+        if message.role == "tool":
+            asked.discard(message.tool_call_id or "")
+        elif asked:
+            raise ConfigurationError(f"agent {agent!r}: example calls {sorted(asked)} have no tool message answering")
+        asked |= {c.id for c in message.tool_calls}
+    if asked:
+        raise ConfigurationError(f"agent {agent!r}: example calls {sorted(asked)} have no tool message answering")
+    return out
 
 
 class AgentRegistry:

@@ -52,10 +52,11 @@ def build_messages(
     transcript: Sequence[Message],
     budget_tokens: int,
     notice: str | None = None,
+    examples: Sequence[Message] = (),
 ) -> list[Message]:
-    """The messages for one model call; ``notice`` (which tools are unavailable now, and why) comes last,
-    as it is about this turn only."""
-    head = [Message(role="system", content=system_prompt(instructions)), goal_message(goal_input)]
+    """The messages for one model call; ``examples`` (the agent's worked exchange) come before the goal,
+    ``notice`` (which tools are unavailable now, and why) last, as it is about this turn only."""
+    head = [Message(role="system", content=system_prompt(instructions)), *examples, goal_message(goal_input)]
     tail = [Message(role="system", content=notice)] if notice else []
     body = list(transcript)
     total = estimate_tokens(head + body + tail)

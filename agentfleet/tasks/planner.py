@@ -144,7 +144,8 @@ def _plan(step: Step, agent: Agent, run: RunRecord, *, iteration: int, new_messa
                 run_id=run.run_id, agent=agent.name, iteration=iteration, goal=run.input,
                 tools=agent.tool_specs(offer.tools),
                 messages=build_messages(agent.instructions, run.input, history + new_messages,
-                                        budget_tokens=context_budget(limits.max_tokens, window), notice=offer.notice),
+                                        budget_tokens=context_budget(limits.max_tokens, window), notice=offer.notice,
+                                        examples=agent.examples),
             )
             started = time.perf_counter()
             try:
@@ -217,15 +218,16 @@ def _usage_fields(run: RunRecord, turn: ModelTurn | None) -> dict[str, object]:
 
 
 def _checkpoint(step: Step, conn: Connection, run: RunRecord, iteration: int, new_messages: list[Message],
-                planned: Planned | None) -> None:
+                planned: Planned | None, repair: str | None = None) -> None:
     """Store the observations that led here, the model's turn and the plan step's outcome."""
     store = step.rt.store
     if new_messages:
         store.append_messages(conn, run.run_id, iteration - 1, new_messages, start=1)
     if planned is not None:
         store.append_messages(conn, run.run_id, iteration, [planned.turn.as_message()])
+        summary = _plan_summary(planned.turn)
         store.finish_step(conn, idempotency_key(run.run_id, iteration, "plan"), status="succeeded",
-                          output=_plan_summary(planned.turn),
+                          output={**summary, "repair": repair} if repair else summary,
                           duration_ms=planned.duration_ms)
 
 
@@ -274,7 +276,7 @@ def _repair(step: Step, run: RunRecord, new_messages: list[Message], iteration: 
         current = store.get_run(run.run_id, conn, lock=True)
         if current is None or current.state != RunState.PLANNING or current.iteration != iteration:
             return step.commit(conn, [])
-        _checkpoint(step, conn, run, iteration, new_messages, planned)
+        _checkpoint(step, conn, run, iteration, new_messages, planned, repair=decision.fail.message)
         if not store.transition(conn, current, RunState.OBSERVING, **_usage_fields(current, planned.turn)):
             return step.commit(conn, [])
         return step.commit(conn, [event])

@@ -40,6 +40,8 @@ def _plan_line(step: dict[str, Any], ms: float) -> str:
     if step["status"] != "succeeded":
         return f"iteration {step['iteration']}: model failed: {output.get('message', '')}"
     names = output.get("calls", [])
+    if output.get("repair"):
+        return f"iteration {step['iteration']}: model → unusable answer, told back: {output['repair']} ({ms:.0f} ms)"
     if FINAL_ANSWER_TOOL in names:
         return f"iteration {step['iteration']}: model → final answer ({ms:.0f} ms)"
     what = "1 tool call" if len(names) == 1 else f"{len(names)} tool calls in parallel"

@@ -48,3 +48,12 @@ def test_the_prompt_budget_is_the_runs_and_no_more_than_the_models_window_allows
     assert context_budget(200_000, None) == 200_000
     assert context_budget(200_000, 8192) == 6144  # three quarters: the rest is the answer's
     assert context_budget(1000, 8192) == 1000
+
+
+def test_an_agents_worked_example_comes_between_the_instructions_and_the_goal() -> None:
+    example = [Message(role="user", content='{"goal": {"path": "x"}}'),
+               Message(role="assistant", tool_calls=[ToolCall(id="ex", name="ls", arguments={"path": "x"})]),
+               Message(role="tool", tool_call_id="ex", content='{"ok": true}')]
+    messages = build_messages("i", {"path": "."}, [], budget_tokens=10_000, examples=example)
+    assert [m.role for m in messages] == ["system", "user", "assistant", "tool", "user"]
+    assert messages[1:4] == example and json.loads(messages[4].content or "") == {"goal": {"path": "."}}

@@ -12,6 +12,7 @@ from agentfleet.constants import REPAIR_MESSAGE_NAME
 from agentfleet.errors import ErrorCode, GoalRejected
 from agentfleet.loop.states import RunState
 from agentfleet.workers.embedded import EmbeddedFleet
+from agentfleet.workers.progress import step_line
 from tests.helpers import embedded_fleet, wait_for_run
 
 
@@ -105,8 +106,9 @@ def test_malformed_arguments_and_an_undeclared_tool_are_repaired_and_the_run_suc
     assert told["c2"]["error_code"] == ErrorCode.UNKNOWN_TOOL and "slow_echo, final_answer" in told["c2"]["message"]
     assert [m.role for m in messages[:4]] == ["assistant", "tool", "tool", "user"]  # each call answered by id
     assert messages[3].name == REPAIR_MESSAGE_NAME and "slow_echo" in (messages[3].content or "")
-    tool_steps = [s for s in fleet.store.steps(run_id) if s["kind"] == "tool"]
-    assert [s["iteration"] for s in tool_steps] == [1]  # nothing of the unusable turn ran
+    steps = fleet.store.steps(run_id)
+    assert [s["iteration"] for s in steps if s["kind"] == "tool"] == [1]  # nothing of the unusable turn ran
+    assert "told back: unusable tool calls: arguments are not JSON" in step_line(steps[0])
 
 
 def test_the_same_goal_id_twice_is_one_run(fleet: EmbeddedFleet) -> None:

@@ -4,7 +4,8 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from agentfleet import Agent, Limits, ReplayModel, tool
+from agentfleet import Agent, Limits, Message, ReplayModel, ToolCall, tool
+from agentfleet.context import goal_message
 
 
 @tool(read_only=True)
@@ -25,6 +26,19 @@ class Stats(BaseModel):
     longest: str
 
 
+SAMPLE = "Hello, big world"
+# A worked exchange the model sees before the goal: small local models call tools reliably only after one.
+EXAMPLE = [
+    goal_message({"text": SAMPLE}),
+    Message(role="assistant", tool_calls=[ToolCall(id="ex1", name="count_words", arguments={"text": SAMPLE}),
+                                          ToolCall(id="ex2", name="longest_word", arguments={"text": SAMPLE})]),
+    Message(role="tool", tool_call_id="ex1", content='{"ok": true, "output": {"words": 3}}'),
+    Message(role="tool", tool_call_id="ex2", content='{"ok": true, "output": {"word": "Hello"}}'),
+    Message(role="assistant", tool_calls=[ToolCall(id="ex3", name="final_answer",
+                                                   arguments={"words": 3, "longest": "Hello"})]),
+    Message(role="tool", tool_call_id="ex3", content='{"ok": true}'),
+]
+
 word_stats = Agent(
     "word_stats",
     instructions="Report how many words the goal's text has and its longest word. Use the tools to find out.",
@@ -33,5 +47,6 @@ word_stats = Agent(
                  "required": ["text"]},
     result_schema=Stats,
     tools=[count_words, longest_word],
+    examples=EXAMPLE,
     limits=Limits(max_steps=6, max_cost_usd=0.05),
 )
