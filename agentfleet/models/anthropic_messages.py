@@ -13,7 +13,14 @@ import anthropic
 
 from agentfleet.loop.transcript import Message, ModelTurn, ToolCall
 from agentfleet.models.base import ModelRequest
-from agentfleet.models.provider import ClientPerProcess, api_key, priced, read_arguments, translate
+from agentfleet.models.provider import (
+    ClientPerProcess,
+    api_key,
+    priced,
+    read_arguments,
+    translate,
+    unreadable_turn,
+)
 
 # Messages' stop reasons in the loop's (OpenAI's) words.
 STOP_REASONS = {"end_turn": "stop", "stop_sequence": "stop", "tool_use": "tool_calls", "max_tokens": "length",
@@ -52,11 +59,14 @@ class AnthropicModel:
         if request.tools:
             params["tools"] = [{"name": t["name"], "description": t.get("description") or "",
                                 "input_schema": t.get("parameters") or {"type": "object"}} for t in request.tools]
-        if self.temperature is not None:
-            params["temperature"] = self.temperature
+        if self.temperature is not None:  # in the body: recent SDKs dropped the parameter, servers still read it
+            params["extra_body"] = {"temperature": self.temperature}
         try:
             response = self._client.get().messages.create(**params)
         except (anthropic.AnthropicError, ValueError) as exc:  # ValueError: a body cut off mid-JSON
+            unreadable = unreadable_turn(exc, self.name)  # llama.cpp: the model half-wrote a tool call
+            if unreadable is not None:
+                return unreadable
             raise translate(exc, self.provider, self.model) from exc
         return from_anthropic(response, self.name, self.model)
 

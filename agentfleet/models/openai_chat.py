@@ -16,7 +16,14 @@ import openai
 
 from agentfleet.loop.transcript import Message, ModelTurn, ToolCall
 from agentfleet.models.base import ModelRequest
-from agentfleet.models.provider import ClientPerProcess, api_key, priced, read_arguments, translate
+from agentfleet.models.provider import (
+    ClientPerProcess,
+    api_key,
+    priced,
+    read_arguments,
+    translate,
+    unreadable_turn,
+)
 
 # Context windows of known models (tokens); others default to DEFAULT_CONTEXT_WINDOW or what is passed.
 CONTEXT_WINDOWS = {"gpt-4.1": 1_047_576, "gpt-4o": 128_000, "gpt-5": 400_000}
@@ -64,6 +71,9 @@ class OpenAIModel:
         try:
             response = self._client.get().chat.completions.create(**params)
         except (openai.OpenAIError, ValueError) as exc:  # ValueError: a body cut off mid-JSON
+            unreadable = unreadable_turn(exc, self.name)  # llama.cpp: the model half-wrote a tool call
+            if unreadable is not None:
+                return unreadable
             raise translate(exc, self.provider, self.model) from exc
         return from_openai(response, self.name, self.model, request.iteration)
 

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
 from agentfleet.errors import ConfigurationError, ModelAuthError, ModelError, ModelUnavailable
-from agentfleet.loop.transcript import Usage
+from agentfleet.loop.transcript import ModelTurn, Usage
 from agentfleet.models.pricing import usage_of
 
 C = TypeVar("C")
@@ -81,6 +81,19 @@ def _retry_after(exc: Exception) -> float | None:
                 return max(0.0, float(raw) / scale)
             except ValueError:
                 continue  # an HTTP date: backoff decides instead
+    return None
+
+
+# llama.cpp's server answers 500 with this when the model's output half-matches the tool-call format: at
+# temperature 0 the same request fails the same way, so it is a turn to repair, not an outage to retry.
+UNREADABLE_OUTPUT = "does not match the expected"
+UNPARSED = "unparsed"  # the stop reason of such a turn (loop/decisions.py repairs it)
+
+
+def unreadable_turn(exc: Exception, name: str) -> ModelTurn | None:
+    """The turn a server's "could not parse the model's output" error stands for, or None for other errors."""
+    if getattr(exc, "status_code", None) == 500 and UNREADABLE_OUTPUT in str(exc):
+        return ModelTurn(text=_error_message(exc), model=name, stop_reason=UNPARSED)
     return None
 
 

@@ -206,10 +206,24 @@ class TestAnthropic:
         assert (usage.input_tokens, usage.cached_input_tokens, usage.output_tokens) == (1000, 700, 40)
         assert usage.cost_usd == pytest.approx((300 * 1.0 + 700 * 0.1 + 40 * 5.0) / 1e6)
 
+    def test_temperature_reaches_the_server(self, server: HTTPServer, monkeypatch: pytest.MonkeyPatch) -> None:
+        server.expect_request("/v1/messages").respond_with_json(anthropic_reply([{"type": "text", "text": "{}"}]))
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "k")
+        AnthropicModel("claude-haiku-4-5", base_url=server.url_for(""), temperature=0).complete(request())
+        assert sent(server)[0]["temperature"] == 0
+
     def test_max_tokens_is_a_cut_off_answer(self, server: HTTPServer, monkeypatch: pytest.MonkeyPatch) -> None:
         server.expect_request("/v1/messages").respond_with_json(anthropic_reply([{"type": "text", "text": "{"}],
                                                                                 "max_tokens"))
         assert self.model(server, monkeypatch).complete(request()).stop_reason == "length"
+
+    def test_llama_cpp_unreadable_output_is_a_turn_to_repair(self, server: HTTPServer,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+        said = "The model produced output that does not match the expected peg-native format"
+        server.expect_request("/v1/messages").respond_with_json(
+            {"error": {"code": 500, "message": said, "type": "server_error"}}, status=500)
+        turn = self.model(server, monkeypatch).complete(request())
+        assert turn.stop_reason == "unparsed" and turn.text == said and len(server.log) == 1
 
     @pytest.mark.parametrize(("status", "kind"), [(529, ModelUnavailable), (429, ModelUnavailable),
                                                   (401, ModelAuthError), (400, ModelError)])
@@ -248,3 +262,16 @@ class TestSpecs:
     def test_a_bad_spec_says_the_forms(self, spec: str) -> None:
         with pytest.raises(ConfigurationError, match="model spec"):
             model_from_spec(spec)
+
+
+def test_llama_cpp_unreadable_output_is_a_turn_to_repair_not_an_outage(server: HTTPServer,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    from agentfleet.loop.decisions import Repair, decide
+
+    said = "The model produced output that does not match the expected peg-native format"
+    server.expect_request("/v1/chat/completions").respond_with_json(
+        {"error": {"code": 500, "message": said, "type": "server_error"}}, status=500)
+    turn = openai_model(server, monkeypatch).complete(request())
+    assert turn.stop_reason == "unparsed" and said in (turn.text or "") and len(server.log) == 1
+    decision = decide(turn, {"type": "object"}, repairs_left=1)
+    assert isinstance(decision, Repair) and "could not be read" in decision.note
