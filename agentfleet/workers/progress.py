@@ -44,6 +44,8 @@ def _plan_line(step: dict[str, Any], ms: float) -> str:
         return f"iteration {step['iteration']}: model → unusable answer, told back: {output['repair']} ({ms:.0f} ms)"
     if FINAL_ANSWER_TOOL in names:
         return f"iteration {step['iteration']}: model → final answer ({ms:.0f} ms)"
+    if not names:
+        return f"iteration {step['iteration']}: model → an answer without tool calls ({ms:.0f} ms)"
     what = "1 tool call" if len(names) == 1 else f"{len(names)} tool calls in parallel"
     return f"iteration {step['iteration']}: model → {what} ({ms:.0f} ms)"
 

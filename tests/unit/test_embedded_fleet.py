@@ -97,6 +97,11 @@ def test_a_goal_may_allow_no_repairs(fleet: EmbeddedFleet) -> None:
     assert result["error_code"] == ErrorCode.OUTPUT_INVALID and result["usage"]["steps"] == 1
 
 
+def test_progress_says_when_the_model_answered_without_tool_calls() -> None:
+    step = {"kind": "plan", "iteration": 2, "status": "succeeded", "duration_ms": 5.0, "output": {"calls": []}}
+    assert step_line(step) == "iteration 2: model → an answer without tool calls (5 ms)"
+
+
 def test_malformed_arguments_and_an_undeclared_tool_are_repaired_and_the_run_succeeds(fleet: EmbeddedFleet) -> None:
     run_id, result = run(fleet, "fumbler", {})
     assert result["status"] == "succeeded", result
