@@ -25,7 +25,8 @@ Profile = Literal["embedded", "distributed"]
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="AGENTFLEET_", extra="ignore", frozen=True)
+    # An empty variable is an unset one: compose passes `${X:-}` for every optional setting it forwards.
+    model_config = SettingsConfigDict(env_prefix="AGENTFLEET_", extra="ignore", frozen=True, env_ignore_empty=True)
 
     profile: Profile = "distributed"
     broker_url: str = "amqp://guest:guest@127.0.0.1:5672//"

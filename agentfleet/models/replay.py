@@ -82,7 +82,11 @@ def _short(content: str | None, calls: list[ToolCall]) -> str:
 class ReplayModel:
     """A model that plays a cassette: turn N of the file answers iteration N (see the module's note for the
     ``$goal`` and ``$result`` references). For examples, demos and tests that need no network or key; a
-    run that asks for a turn the cassette does not have fails with ``MODEL_ERROR`` (not retried)."""
+    run that asks for a turn the cassette does not have fails with ``MODEL_ERROR`` (not retried).
+
+    A cassette recorded from a run (``agentfleet run --record``) is replayed strictly: each request must
+    be the recorded one, or the run fails (``ReplayDiverged``, a ``MODEL_ERROR``) naming the first message
+    that differs; ``checks`` keeps one line per iteration played. ``strict=False`` plays it loosely."""
 
     offline = True
 

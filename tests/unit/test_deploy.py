@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from agentfleet.hooks.metrics import PrometheusHook
@@ -48,6 +49,19 @@ def test_workers_wait_for_their_services_and_the_migration_and_load_the_users_ag
     assert services["migrate"]["command"] == ["db", "upgrade"]
     assert services["migrate"]["environment"]["AGENTFLEET_DATABASE_URL"] == \
         services["executor"]["environment"]["AGENTFLEET_DATABASE_URL"]
+
+
+def test_model_settings_pass_through_and_an_unset_one_is_no_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    from agentfleet.config.settings import Settings
+
+    env = compose()["services"]["planner"]["environment"]
+    passed = {name for name, value in env.items() if str(value) == f"${{{name}:-}}"}
+    assert {"OPENAI_API_KEY", "ANTHROPIC_API_KEY", "AGENTFLEET_MODELS", "AGENTFLEET_MODEL_RATE_LIMITS",
+            "AGENTFLEET_MODEL_PRICES"} <= passed
+    for name in passed:
+        monkeypatch.setenv(name, "")  # what compose passes when .env leaves it out
+    settings = Settings()
+    assert settings.models == {} and settings.model_rate_limits == {} and settings.model_prices == {}
 
 
 def test_nothing_is_published_beyond_loopback_and_nothing_runs_without_a_password() -> None:
