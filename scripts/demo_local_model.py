@@ -76,21 +76,29 @@ def run_all(model: Model, runs: int, workdir: Path) -> dict[str, Any]:
             text = TEXTS[i % len(TEXTS)]
             run_id = fleet.submit({"agent": "word_stats", "input": {"text": text}})
             run = wait_for_end(fleet.store, run_id, timeout_s=300)
-            plans = [s for s in fleet.store.steps(run_id) if s["kind"] == "plan" and s["status"] == "succeeded"]
+            steps = fleet.store.steps(run_id)
+            plans = [s for s in steps if s["kind"] == "plan" and s["status"] == "succeeded"]
+            ran = {s["iteration"] for s in steps if s["kind"] == "tool"}
             result = (run.result if run else None) or {}
             right = result.get("output") == {"words": len(text.split()),
                                              "longest": max((w.strip(".,") for w in text.split()), key=len)}
-            outcomes.append({"status": result.get("status"), "error_code": result.get("error_code"), "right": right,
-                             "turns": len(plans), "repairs": sum(1 for s in plans if (s["output"] or {}).get("repair")),
+            outcomes.append({"status": result.get("status"), "right": right, "turns": len(plans),
+                             "repairs": sum(1 for s in plans if (s["output"] or {}).get("repair")),
+                             "ran_tools": sum(1 for s in plans if s["iteration"] in ran),
+                             "calls": sum(len((s["output"] or {}).get("calls", [])) for s in plans),
+                             "calls_run": sum(1 for s in steps if s["kind"] == "tool"),
                              "turn_ms": [s["duration_ms"] for s in plans]})
-            print(f"  run {i + 1}: {result.get('status')} {result.get('error_code') or ''} "
-                  f"turns={len(plans)} repaired={outcomes[-1]['repairs']} output={json.dumps(result.get('output'))}")
+            got = outcomes[-1]
+            print(f"  run {i + 1}: {result.get('status')} {result.get('error_code') or ''} turns={got['turns']} "
+                  f"told back={got['repairs']} ran tools={got['ran_tools']} output={json.dumps(result.get('output'))}")
     turns = sum(o["turns"] for o in outcomes)
     latencies = [ms for o in outcomes for ms in o["turn_ms"]]
     return {"runs": runs, "succeeded": sum(o["status"] == "succeeded" for o in outcomes),
             "right_answers": sum(o["right"] for o in outcomes), "turns": turns,
-            "usable_turns": turns - sum(o["repairs"] for o in outcomes),
-            "turns_repaired": sum(o["repairs"] for o in outcomes),
+            "turns_told_back_for_repair": sum(o["repairs"] for o in outcomes),
+            "turns_whose_calls_ran": sum(o["ran_tools"] for o in outcomes),
+            "tool_calls_made": sum(o["calls"] for o in outcomes),
+            "tool_calls_run": sum(o["calls_run"] for o in outcomes),
             "median_turn_ms": round(statistics.median(latencies), 1) if latencies else None,
             "p90_turn_ms": round(statistics.quantiles(latencies, n=10)[-1], 1) if len(latencies) > 1 else None}
 
