@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -129,3 +130,11 @@ def test_an_invalid_agent_declaration_stops_the_worker_before_it_consumes(namesp
     done = start_worker(env_for(namespace, pg_url, agents="tests.fixtures.bad_agents"))
     assert done.returncode == C.EXIT_CONFIGURATION, done.stdout[-2000:] + done.stderr[-2000:]
     assert "no_such_tool" in done.stderr and "Traceback" not in done.stderr, done.stderr[-2000:]
+
+
+def test_a_model_whose_key_is_missing_stops_the_worker_naming_the_variable(namespace: str, pg_url: str) -> None:
+    env = {**env_for(namespace, pg_url), "ANTHROPIC_API_KEY": "",
+           "AGENTFLEET_MODELS": json.dumps({"wired": "anthropic:claude-haiku-4-5"})}
+    done = start_worker(env)
+    assert done.returncode == C.EXIT_CONFIGURATION, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "ANTHROPIC_API_KEY" in done.stderr and "Traceback" not in done.stderr, done.stderr[-2000:]
