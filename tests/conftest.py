@@ -16,6 +16,7 @@ import pytest
 
 from agentfleet.store import Store, make_engine
 from agentfleet.workers.processes import WorkerProcesses as WorkerProcs
+from tests.fake_provider import word_stats_server  # noqa: F401 - a fixture for every test
 
 ROOT = Path(__file__).resolve().parents[1]
 PG_ADMIN_URL = os.environ.get("AGENTFLEET_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")

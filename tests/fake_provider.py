@@ -5,9 +5,20 @@ the README's guide."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from typing import Any
 
+import pytest
+from pytest_httpserver import HTTPServer
 from werkzeug import Request, Response
+
+
+@pytest.fixture
+def word_stats_server() -> Iterator[HTTPServer]:
+    """A local server answering Chat Completions as ``word_stats_model`` does."""
+    with HTTPServer(host="127.0.0.1", port=0) as running:
+        running.expect_request("/v1/chat/completions").respond_with_handler(word_stats_model)
+        yield running
 
 
 def word_stats_model(request: Request) -> Response:

@@ -16,10 +16,9 @@ from agentfleet.models.base import ModelRequest
 from agentfleet.models.provider import (
     ClientPerProcess,
     api_key,
+    failed_call,
     priced,
     read_arguments,
-    translate,
-    unreadable_turn,
 )
 
 # Messages' stop reasons in the loop's (OpenAI's) words.
@@ -64,10 +63,7 @@ class AnthropicModel:
         try:
             response = self._client.get().messages.create(**params)
         except (anthropic.AnthropicError, ValueError) as exc:  # ValueError: a body cut off mid-JSON
-            unreadable = unreadable_turn(exc, self.name)  # llama.cpp: the model half-wrote a tool call
-            if unreadable is not None:
-                return unreadable
-            raise translate(exc, self.provider, self.model) from exc
+            return failed_call(exc, self.provider, self.model, self.name)
         return from_anthropic(response, self.name, self.model)
 
 

@@ -19,10 +19,9 @@ from agentfleet.models.base import ModelRequest
 from agentfleet.models.provider import (
     ClientPerProcess,
     api_key,
+    failed_call,
     priced,
     read_arguments,
-    translate,
-    unreadable_turn,
 )
 
 # Context windows of known models (tokens); others default to DEFAULT_CONTEXT_WINDOW or what is passed.
@@ -71,10 +70,7 @@ class OpenAIModel:
         try:
             response = self._client.get().chat.completions.create(**params)
         except (openai.OpenAIError, ValueError) as exc:  # ValueError: a body cut off mid-JSON
-            unreadable = unreadable_turn(exc, self.name)  # llama.cpp: the model half-wrote a tool call
-            if unreadable is not None:
-                return unreadable
-            raise translate(exc, self.provider, self.model) from exc
+            return failed_call(exc, self.provider, self.model, self.name)
         return from_openai(response, self.name, self.model, request.iteration)
 
 

@@ -90,11 +90,12 @@ UNREADABLE_OUTPUT = "does not match the expected"
 UNPARSED = "unparsed"  # the stop reason of such a turn (loop/decisions.py repairs it)
 
 
-def unreadable_turn(exc: Exception, name: str) -> ModelTurn | None:
-    """The turn a server's "could not parse the model's output" error stands for, or None for other errors."""
+def failed_call(exc: Exception, provider: str, model: str, name: str) -> ModelTurn:
+    """What a failed SDK call becomes: a turn to repair when the server could not read the model's output
+    (llama.cpp's 500), else the ``ModelError`` ``translate`` sorts it into, raised."""
     if getattr(exc, "status_code", None) == 500 and UNREADABLE_OUTPUT in str(exc):
         return ModelTurn(text=_error_message(exc), model=name, stop_reason=UNPARSED)
-    return None
+    raise translate(exc, provider, model) from exc
 
 
 def read_arguments(raw: object) -> tuple[dict[str, Any], str | None]:

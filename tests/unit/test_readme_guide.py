@@ -7,25 +7,15 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 from pytest_httpserver import HTTPServer
 
 from tests.conftest import ROOT
-from tests.fake_provider import word_stats_model
 
 GUIDE = (ROOT / "README.md").read_text(encoding="utf-8")
 BLOCK = re.compile(r"<!-- guide-(file: (?P<name>\S+)|run) -->\n```\w+\n(?P<body>.*?)```", re.DOTALL)
 LOCAL_SERVER = "http://127.0.0.1:8080"
-
-
-@pytest.fixture
-def server() -> Iterator[HTTPServer]:
-    with HTTPServer(host="127.0.0.1", port=0) as running:
-        running.expect_request("/v1/chat/completions").respond_with_handler(word_stats_model)
-        yield running
 
 
 def test_the_guide_has_files_and_commands() -> None:
@@ -40,7 +30,7 @@ def test_the_guides_agent_is_the_bundled_example() -> None:
     assert files["word_stats.cassette.json"] == (bundled / "word_stats.cassette.json").read_text()
 
 
-def test_the_guide_runs_as_written(server: HTTPServer, tmp_path: Path) -> None:
+def test_the_guide_runs_as_written(word_stats_server: HTTPServer, tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTFLEET_") and k != "OPENAI_API_KEY"}
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     script = ["set -euo pipefail"]
@@ -50,7 +40,7 @@ def test_the_guide_runs_as_written(server: HTTPServer, tmp_path: Path) -> None:
             continue
         for line in match.group("body").splitlines():
             if line.startswith("$ "):
-                command = line[2:].replace(LOCAL_SERVER, server.url_for("").rstrip("/"))
+                command = line[2:].replace(LOCAL_SERVER, word_stats_server.url_for("").rstrip("/"))
                 script += [f"echo '>>> {command}'", command.replace("python ", f"{sys.executable} ", 1)]
     done = subprocess.run(["bash", "-c", "\n".join(script)], cwd=tmp_path, env=env, capture_output=True,
                           text=True, timeout=240)
@@ -60,4 +50,4 @@ def test_the_guide_runs_as_written(server: HTTPServer, tmp_path: Path) -> None:
     assert "recorded 2 model turns to run.cassette.json" in said
     assert "iteration 1: same request as recorded" in said and "result: same as recorded" in said
     assert "3 passed" in said
-    assert len(server.log) == 2
+    assert len(word_stats_server.log) == 2

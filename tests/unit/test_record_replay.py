@@ -8,23 +8,13 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 from pytest_httpserver import HTTPServer
 
 from tests.conftest import ROOT
-from tests.fake_provider import word_stats_model
 
 TEXT = "A fleet of agents, one step at a time."
-
-
-@pytest.fixture
-def server() -> Iterator[HTTPServer]:
-    with HTTPServer(host="127.0.0.1", port=0) as running:
-        running.expect_request("/v1/chat/completions").respond_with_handler(word_stats_model)
-        yield running
 
 
 def cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -36,13 +26,13 @@ def cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_a_recorded_run_replays_to_the_same_result_and_an_edited_tool_result_is_named(
-        server: HTTPServer, tmp_path: Path) -> None:
+        word_stats_server: HTTPServer, tmp_path: Path) -> None:
     cassette = tmp_path / "run.cassette.json"
-    model = f"openai-compatible:{server.url_for('/v1')}:smollm2"
+    model = f"openai-compatible:{word_stats_server.url_for('/v1')}:smollm2"
     recorded = cli(tmp_path, "run", "word_stats", "--input", json.dumps({"text": TEXT}), "--model", model,
                    "--record", str(cassette))
     assert recorded.returncode == 0, recorded.stdout + recorded.stderr
-    assert "recorded 2 model turns" in recorded.stdout and len(server.log) == 2
+    assert "recorded 2 model turns" in recorded.stdout and len(word_stats_server.log) == 2
     kept = json.loads(cassette.read_text())
     assert kept["agent"] == "word_stats" and kept["goal"] == {"text": TEXT}
     assert kept["result"]["output"] == {"words": 9, "longest": "agents"}
@@ -53,7 +43,7 @@ def test_a_recorded_run_replays_to_the_same_result_and_an_edited_tool_result_is_
     assert replayed.returncode == 0, replayed.stdout + replayed.stderr
     report = json.loads(replayed.stdout.strip().splitlines()[-1])
     assert [s["matched"] for s in report["steps"]] == [True, True] and report["result_matches"]
-    assert len(server.log) == 2  # the replay asked no model
+    assert len(word_stats_server.log) == 2  # the replay asked no model
 
     result_message = next(m for m in kept["turns"][1]["messages"] if m.get("tool_call_id") == "w1")
     result_message["content"] = result_message["content"].replace('"words": 9', '"words": 8')
