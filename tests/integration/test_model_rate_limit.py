@@ -15,7 +15,10 @@ from agentfleet import constants as C
 from tests.conftest import WorkerProcs
 from tests.helpers import AmqpClient
 
-PER_SECOND = 2
+LIMIT, WINDOW_S = 4, 2  # "4 per 2 seconds"
+# The limiter counts a request when it lets it go; the server sees it after the HTTP hop, and a planner's
+# first request after its SDK client is made (seen up to 0.13 s later). Spans may fall short by that much.
+HOP_S = 0.25
 
 
 @pytest.fixture
@@ -42,22 +45,22 @@ def test_two_planners_together_keep_to_the_fleet_wide_request_limit(workers: Wor
 
     server.expect_request("/v1/chat/completions").respond_with_handler(answer)
     workers.env["AGENTFLEET_MODELS"] = json.dumps({"wired": f"openai-compatible:{server.url_for('/v1')}:m"})
-    workers.env["AGENTFLEET_MODEL_RATE_LIMITS"] = json.dumps({"m": {"requests": f"{PER_SECOND}/second"}})
+    workers.env["AGENTFLEET_MODEL_RATE_LIMITS"] = json.dumps({"m": {"requests": f"{LIMIT}/{WINDOW_S} seconds"}})
     workers.start(C.PLANNER, "--concurrency", "4")
     workers.start(C.PLANNER, "--concurrency", "4")
     workers.start(C.OBSERVER)
     workers.start(C.EXECUTOR)
     workers.wait_ready()
     client = AmqpClient()
-    runs = 12
+    runs = 16
     for _ in range(runs):
         client.publish_goal(workers.env["AGENTFLEET_NAMESPACE"], "goal.wired", {"agent": "wired", "input": {}})
     replies = client.replies(runs, timeout=90)
     assert [r["status"] for r in replies.values()] == ["succeeded"] * runs
     assert len(arrived) == runs
     arrived.sort()
-    # Any PER_SECOND + 1 requests span at least a second (less the HTTP hop's jitter).
-    spans = [arrived[i + PER_SECOND] - arrived[i] for i in range(len(arrived) - PER_SECOND)]
-    assert min(spans) >= 0.9, spans
+    # Any LIMIT + 1 requests span at least the window (less the hop's jitter).
+    spans = [arrived[i + LIMIT] - arrived[i] for i in range(len(arrived) - LIMIT)]
+    assert min(spans) >= WINDOW_S - HOP_S, spans
     assert workers.logged("at its rate limit")  # the planners did wait on each other
     client.close()
