@@ -13,13 +13,7 @@ import anthropic
 
 from agentfleet.loop.transcript import Message, ModelTurn, ToolCall
 from agentfleet.models.base import ModelRequest
-from agentfleet.models.provider import (
-    ClientPerProcess,
-    api_key,
-    failed_call,
-    priced,
-    read_arguments,
-)
+from agentfleet.models.provider import ProviderModel, priced, read_arguments
 
 # Messages' stop reasons in the loop's (OpenAI's) words.
 STOP_REASONS = {"end_turn": "stop", "stop_sequence": "stop", "tool_use": "tool_calls", "max_tokens": "length",
@@ -27,7 +21,7 @@ STOP_REASONS = {"end_turn": "stop", "stop_sequence": "stop", "tool_use": "tool_c
 CONTEXT_WINDOW = 200_000
 
 
-class AnthropicModel:
+class AnthropicModel(ProviderModel[anthropic.Anthropic]):
     """A Claude model (or any server speaking Anthropic's ``/v1/messages``).
 
     ``AnthropicModel("claude-sonnet-4-5")`` uses ``ANTHROPIC_API_KEY``; a missing key is a
@@ -35,20 +29,17 @@ class AnthropicModel:
     by the API and defaults to 4096. Calls are not retried here (the planner's retry layer does).
     """
 
-    offline = False
     provider = "anthropic"
+    key_env = "ANTHROPIC_API_KEY"
 
     def __init__(self, model: str, *, base_url: str | None = None, api_key_env: str | None = "ANTHROPIC_API_KEY",
                  timeout_s: float = 60.0, temperature: float | None = None, max_output_tokens: int = 4096,
                  context_window: int = CONTEXT_WINDOW) -> None:
-        self.model = model
-        self.name = model if base_url is None else f"{model}@{base_url}"
-        key = api_key(api_key_env) if api_key_env else api_key("ANTHROPIC_API_KEY", required=False)
-        self.temperature = temperature
-        self.max_output_tokens = max_output_tokens
-        self.context_window = context_window
-        self._client = ClientPerProcess(lambda: anthropic.Anthropic(api_key=key, base_url=base_url, max_retries=0,
-                                                                    timeout=timeout_s))
+        super().__init__(model, base_url=base_url, api_key_env=api_key_env, temperature=temperature,
+                         max_output_tokens=max_output_tokens, context_window=context_window,
+                         client=lambda key: anthropic.Anthropic(api_key=key, base_url=base_url, max_retries=0,
+                                                                timeout=timeout_s))
+        self.max_output_tokens: int = max_output_tokens  # required by Messages: never None here
 
     def complete(self, request: ModelRequest) -> ModelTurn:
         system, messages = to_anthropic(request.messages)
@@ -63,7 +54,7 @@ class AnthropicModel:
         try:
             response = self._client.get().messages.create(**params)
         except (anthropic.AnthropicError, ValueError) as exc:  # ValueError: a body cut off mid-JSON
-            return failed_call(exc, self.provider, self.model, self.name)
+            return self.failed(exc)
         return from_anthropic(response, self.name, self.model)
 
 

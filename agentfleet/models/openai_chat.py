@@ -16,20 +16,14 @@ import openai
 
 from agentfleet.loop.transcript import Message, ModelTurn, ToolCall
 from agentfleet.models.base import ModelRequest
-from agentfleet.models.provider import (
-    ClientPerProcess,
-    api_key,
-    failed_call,
-    priced,
-    read_arguments,
-)
+from agentfleet.models.provider import ProviderModel, priced, read_arguments
 
 # Context windows of known models (tokens); others default to DEFAULT_CONTEXT_WINDOW or what is passed.
 CONTEXT_WINDOWS = {"gpt-4.1": 1_047_576, "gpt-4o": 128_000, "gpt-5": 400_000}
 DEFAULT_CONTEXT_WINDOW = 8_192
 
 
-class OpenAIModel:
+class OpenAIModel(ProviderModel[openai.OpenAI]):
     """A model behind an OpenAI-compatible Chat Completions endpoint.
 
     ``OpenAIModel("gpt-4.1-mini")`` calls OpenAI with ``OPENAI_API_KEY``;
@@ -39,23 +33,19 @@ class OpenAIModel:
     retry layer does that, per error.
     """
 
-    offline = False
     provider = "openai"
+    key_env = "OPENAI_API_KEY"
 
     def __init__(self, model: str, *, base_url: str | None = None, api_key_env: str | None = "OPENAI_API_KEY",
                  timeout_s: float = 60.0, temperature: float | None = None, max_output_tokens: int | None = None,
                  context_window: int | None = None, extra_body: dict[str, Any] | None = None) -> None:
-        self.model = model
-        self.base_url = base_url
-        self.name = model if base_url is None else f"{model}@{base_url}"
-        key = api_key(api_key_env) if api_key_env else api_key("OPENAI_API_KEY", required=False)
-        self.temperature = temperature
-        self.max_output_tokens = max_output_tokens
-        self.extra_body = extra_body
-        self.context_window = context_window or next(
+        window = context_window or next(
             (n for prefix, n in CONTEXT_WINDOWS.items() if model.startswith(prefix)), DEFAULT_CONTEXT_WINDOW)
-        self._client = ClientPerProcess(lambda: openai.OpenAI(api_key=key, base_url=base_url, max_retries=0,
-                                                              timeout=timeout_s))
+        super().__init__(model, base_url=base_url, api_key_env=api_key_env, temperature=temperature,
+                         max_output_tokens=max_output_tokens, context_window=window,
+                         client=lambda key: openai.OpenAI(api_key=key, base_url=base_url, max_retries=0,
+                                                          timeout=timeout_s))
+        self.extra_body = extra_body
 
     def complete(self, request: ModelRequest) -> ModelTurn:
         params: dict[str, Any] = {"model": self.model, "messages": to_openai(request.messages)}
@@ -70,7 +60,7 @@ class OpenAIModel:
         try:
             response = self._client.get().chat.completions.create(**params)
         except (openai.OpenAIError, ValueError) as exc:  # ValueError: a body cut off mid-JSON
-            return failed_call(exc, self.provider, self.model, self.name)
+            return self.failed(exc)
         return from_openai(response, self.name, self.model, request.iteration)
 
 

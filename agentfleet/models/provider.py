@@ -134,3 +134,28 @@ class ClientPerProcess(Generic[C]):
             if self._client is None or self._pid != os.getpid():
                 self._client, self._pid = self._make(), os.getpid()
             return self._client
+
+
+class ProviderModel(Generic[C]):
+    """What an adapter over an official SDK holds: the provider's model id and the name the fleet shows,
+    the key (read when the agent is declared), sampling options, the context window, and an SDK client
+    per process that ``client(key)`` makes with the SDK's own retries off."""
+
+    offline = False
+    provider = ""
+    key_env = ""  # read when no other variable is named, and then only if set (local servers need none)
+
+    def __init__(self, model: str, *, base_url: str | None, api_key_env: str | None, temperature: float | None,
+                 max_output_tokens: int | None, context_window: int, client: Callable[[str], C]) -> None:
+        self.model = model
+        self.base_url = base_url
+        self.name = model if base_url is None else f"{model}@{base_url}"
+        key = api_key(api_key_env) if api_key_env else api_key(self.key_env, required=False)
+        self.temperature = temperature
+        self.max_output_tokens = max_output_tokens
+        self.context_window = context_window
+        self._client = ClientPerProcess(lambda: client(key))
+
+    def failed(self, exc: Exception) -> ModelTurn:
+        """The turn or ``ModelError`` a failed call becomes (``failed_call``)."""
+        return failed_call(exc, self.provider, self.model, self.name)
