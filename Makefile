@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install run test lint unit integration bench bench-quick demo-local-model clean
+.PHONY: install tools run test lint unit integration bench bench-quick demo-local-model clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -16,6 +16,10 @@ $(STAMP): pyproject.toml | $(BIN)/python
 
 install: $(STAMP)
 
+## Subprocess tools need bubblewrap and Node.js (the Node example); installed from Debian's packages if missing.
+tools:
+	bash .ci/tools
+
 ## Run the bundled example agents end to end in embedded mode (no services, no API key).
 ## AGENTFLEET_DEMO_DU=/no/such/du make run breaks disk_usage's health check on purpose: watch the gate.
 run: install
@@ -23,7 +27,7 @@ run: install
 	$(BIN)/agentfleet run disk_usage --input '{"path": "agentfleet"}'
 
 ## The whole suite: lint, unit, integration (real RabbitMQ, Postgres, Redis on localhost).
-test: install
+test: install tools
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q -ra
 

@@ -79,6 +79,11 @@ DEFAULT_TOOL_TIMEOUT_S: Final = 30.0
 # Timeout tiers (seconds): what a tool or health check may take by the kind of thing it calls.
 TIER_TIMEOUTS_S: Final = {"model": 30.0, "database": 5.0, "http": 3.0, "local": 1.0}
 DEFAULT_TOOL_RESPONSE_LIMIT: Final = 32_000  # characters of JSON handed back to the model
+# Artifacts: an output over its tool's limit is kept and shown by its head; read_artifact reads on.
+READ_ARTIFACT_TOOL: Final = "read_artifact"
+ARTIFACT_HEAD_CHARS: Final = 2000
+ARTIFACT_READ_DEFAULT: Final = 8000
+ARTIFACT_READ_MAX: Final = 16000
 FINAL_ANSWER_TOOL: Final = "final_answer"
 # The name on the user message of a repair turn: how the transcript counts the repairs a run has spent.
 REPAIR_MESSAGE_NAME: Final = "agentfleet_repair"
@@ -95,6 +100,8 @@ CACHE_KEY: Final = "cache"  # a read-only tool's result under its canonical argu
 CACHE_HITS_KEY: Final = "cache-hits"  # hits per tool (for `agentfleet tools`)
 LOCK_KEY: Final = "lock"  # a resource lock a tool declares (redis-py Lock)
 RATE_LIMIT_KEY: Final = "ratelimit"  # prefix of a model's moving windows (the ``limits`` library's keys)
+CANCEL_KEY: Final = "cancel"  # a cancelled run, so executors stop its running tools: {reason}
+HEARTBEAT_KEY: Final = "heartbeat"  # a long tool call's last heartbeat: {at, details}
 
 HEALTH_TTL_HEALTHY_S: Final = 30.0
 HEALTH_TTL_DOWN_S: Final = 5.0
@@ -104,6 +111,23 @@ BREAKER_FAILURES: Final = 5
 BREAKER_WINDOW_S: Final = 60.0
 BREAKER_COOLDOWN_S: Final = 30.0
 TOOL_CACHE_TTL_S: Final = 60.0
+CANCEL_TTL_S: Final = 24 * 3600.0  # a run's cancel mark outlives any tool call it could stop
+HEARTBEAT_TTL_S: Final = 600.0
+
+# Subprocess tools: the sandbox's default rlimits (a tool may set its own), how often a running
+# call looks for its run's cancellation, how long a tool has after SIGTERM, and the most stdout
+# read from one call (more is RESPONSE_TOO_LARGE without being kept).
+SANDBOX_CPU_S: Final = 10
+SANDBOX_MEMORY_MB: Final = 1024
+SANDBOX_OPEN_FILES: Final = 256
+SANDBOX_FILE_SIZE_MB: Final = 64
+SANDBOX_PROCESSES: Final = 64
+SANDBOX_FALLBACK_UID: Final = 65534
+SANDBOX_CHECK: Final = "sandbox"  # the health check sandboxed tools share: can bubblewrap run here?
+CANCEL_POLL_S: Final = 0.2
+KILL_GRACE_S: Final = 0.5
+SUBPROCESS_MAX_OUTPUT: Final = 32 * 1024 * 1024
+STDERR_KEPT: Final = 4096
 REDIS_RETRY_S: Final = 1.0  # while Redis is unreachable, how long to skip it before trying again
 REDIS_SOCKET_TIMEOUT_S: Final = 0.5
 

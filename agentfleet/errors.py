@@ -41,6 +41,7 @@ class ErrorCode(StrEnum):
     RESPONSE_TOO_LARGE = "RESPONSE_TOO_LARGE"
     TRANSIENT = "TRANSIENT"
     INTERNAL = "INTERNAL"
+    RESOURCE_LIMIT = "RESOURCE_LIMIT"  # a subprocess tool ran past a sandbox limit (CPU time, file size)
     UNKNOWN_OUTCOME = "UNKNOWN_OUTCOME"  # a non-idempotent tool's earlier attempt died mid-call
     NOT_RUN = "NOT_RUN"  # a call of a turn told back to the model as unusable (another call in it was bad)
     # Approval answers (replies to approval.resolve, and the CLI's refusals).

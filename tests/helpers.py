@@ -210,3 +210,21 @@ def flower(env: dict[str, str], logdir: Path) -> Iterator[str]:
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def processes_with(marker: str) -> list[int]:
+    """Pids of live processes whose command line holds ``marker`` (zombies and this process excluded)."""
+    import os
+
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if marker.encode() in cmdline and state != "Z":
+            found.append(int(entry.name))
+    return found

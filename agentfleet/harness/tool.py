@@ -3,17 +3,22 @@
 Arguments are validated by a pydantic model built from the signature, so the
 schema the model sees and the validation the executor applies are one thing.
 A parameter annotated ``ToolContext`` is injected, never shown to the model.
+Every kind of tool (a Python function here, an executable in ``subprocess_tool``)
+is declared through ``declare``, which checks the options they share; how a tool
+runs is its ``runner``, a strategy the harness's runner dispatches on.
 """
 
 from __future__ import annotations
 
 import inspect
 import string
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, get_type_hints
+from typing import TYPE_CHECKING, Any, Literal, Protocol, get_type_hints
 
+import jsonschema
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 from agentfleet.config.settings import Settings
@@ -22,6 +27,18 @@ from agentfleet.errors import ConfigurationError, ErrorCode, ToolError
 from agentfleet.harness.health import TIERS, HealthCheck, Tier, as_health_check
 from agentfleet.harness.policy import RequiresApproval
 from agentfleet.harness.workspace import Workspace
+
+if TYPE_CHECKING:
+    from agentfleet.loop.transcript import ToolResult
+
+LargeOutput = Literal["refuse", "artifact"]
+
+
+class ToolCancelled(ToolError):
+    """Raised by ``ToolContext.heartbeat`` once the call should stop: its run was cancelled, or it timed out."""
+
+    def __init__(self, why: str) -> None:
+        super().__init__(why, code=ErrorCode.CANCELLED, hint="The run no longer wants this call's result.")
 
 
 @dataclass(frozen=True)
@@ -33,6 +50,33 @@ class ToolContext:
     idempotency_key: str  # pass it to outside systems (payment APIs, ticketing) that dedupe
     workspace: Path
     attempt: int = 1
+    # Set by the executor: whether the call's run was cancelled (read from the fleet), and where a heartbeat
+    # is recorded. The runner adds its own stop (the timeout) through ``stop``.
+    cancel_check: Callable[[], bool] | None = field(default=None, repr=False, compare=False)
+    heartbeat_sink: Callable[[Any], None] | None = field(default=None, repr=False, compare=False)
+    stopped: threading.Event = field(default_factory=threading.Event, repr=False, compare=False)
+    # Set by the executor: the content of an artifact this run may read, or None (read_artifact uses it).
+    artifact: Callable[[str], bytes | None] | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def cancelled(self) -> bool:
+        """Whether this call should stop now: its run was cancelled, or the harness gave up on it (timeout).
+
+        A long in-process tool looks at this between units of work; a subprocess tool is stopped for it."""
+        if self.stopped.is_set():
+            return True
+        return bool(self.cancel_check and self.cancel_check())
+
+    def heartbeat(self, details: Any = None) -> None:
+        """Say the call is alive (``details``: how far it got, shown to operators), and stop if it should:
+        raises ``ToolCancelled``, which the harness turns into a CANCELLED result."""
+        if self.heartbeat_sink is not None:
+            self.heartbeat_sink(details)
+        if self.cancelled:
+            raise ToolCancelled(f"call {self.call_id} was stopped: its run was cancelled or it ran out of time")
+
+    def stop(self) -> None:
+        self.stopped.set()
 
     @property
     def files(self) -> Workspace:
@@ -52,12 +96,31 @@ class ToolContext:
         return candidate
 
 
+class ToolRunner(Protocol):
+    """How a tool's calls run: in this process (the default) or as a sandboxed subprocess."""
+
+    kind: str
+
+    def run(self, tool: Tool, kwargs: dict[str, Any], ctx: ToolContext, timeout_s: float) -> Produced | ToolResult:
+        """The tool's output (to be checked and sized by the harness), or a failure already structured."""
+        ...
+
+
+@dataclass(frozen=True)
+class Produced:
+    """What a tool returned, before the harness checks that it is JSON and within its limit."""
+
+    value: Any
+    encoded: str | None = None  # the value as JSON, when the tool printed it so (no second encoding)
+    artifacts: tuple[tuple[dict[str, Any], bytes], ...] = ()  # (reference, content): files kept by the call
+
+
 @dataclass(frozen=True)
 class Tool:
     name: str
     description: str
-    func: Callable[..., Any]
-    args_model: type[BaseModel]
+    func: Callable[..., Any] | None
+    args_model: type[BaseModel] | None  # None: arguments are checked against ``parameters`` (JSON Schema)
     context_param: str | None = None
     timeout_s: float | None = None
     tier: Tier | None = None
@@ -71,6 +134,13 @@ class Tool:
     parameters: dict[str, Any] = field(default_factory=dict)
     requires_approval: RequiresApproval = False  # True, or a function of the arguments
     approval_expires_s: float | None = None  # an unanswered request is denied after this (None: never)
+    large_output: LargeOutput = "refuse"  # over response_limit: refused, or kept as an artifact the model can read
+    runner: ToolRunner | None = None  # None: the function runs in the executor's process
+    source: str | None = None  # where it was declared: a module, a manifest file, a plugin
+
+    @property
+    def kind(self) -> str:
+        return self.runner.kind if self.runner is not None else "python"
 
     def default_timeout_s(self, settings: Settings) -> float:
         """The timeout when the tool sets none of its own: its tier's, else the fleet's default."""
@@ -89,6 +159,8 @@ class Tool:
 
     def bind(self, arguments: dict[str, Any]) -> dict[str, Any]:
         """Validated keyword arguments, or INVALID_ARGUMENTS with the schema's complaints."""
+        if self.args_model is None:
+            return _schema_checked(self.name, self.parameters, arguments)
         try:
             model = self.args_model.model_validate(arguments)
         except ValidationError as exc:
@@ -103,7 +175,30 @@ class Tool:
         return {name: getattr(model, name) for name in type(model).model_fields}
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self.func is None:
+            raise ConfigurationError(f"tool {self.name!r} is a {self.kind} tool: the executor runs it, not a call")
         return self.func(*args, **kwargs)
+
+
+def _schema_checked(name: str, schema: dict[str, Any], arguments: dict[str, Any]) -> dict[str, Any]:
+    validator = jsonschema.Draft202012Validator(schema)
+    problems = sorted(validator.iter_errors(arguments), key=lambda e: list(e.absolute_path))
+    if problems:
+        said = "; ".join(f"{'.'.join(map(str, e.absolute_path)) or '(root)'}: {e.message}" for e in problems[:10])
+        raise ToolError(f"arguments for {name} are invalid: {said}", code=ErrorCode.INVALID_ARGUMENTS,
+                        hint=f"Call {name} with arguments matching its JSON Schema.")
+    return dict(arguments)
+
+
+def checked_schema(schema: Any, owner: str) -> dict[str, Any]:
+    """A tool's argument schema as declared outside Python: a valid JSON Schema of an object."""
+    if not isinstance(schema, dict) or schema.get("type") != "object":
+        raise ConfigurationError(f"{owner}: its schema must be a JSON Schema object with \"type\": \"object\"")
+    try:
+        jsonschema.Draft202012Validator.check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        raise ConfigurationError(f"{owner}: its schema is not a valid JSON Schema: {exc.message}") from None
+    return schema
 
 
 def tool(
@@ -122,6 +217,7 @@ def tool(
     response_limit: int = DEFAULT_TOOL_RESPONSE_LIMIT,
     requires_approval: RequiresApproval = False,
     approval_expires_s: float | None = None,
+    large_output: LargeOutput = "refuse",
     **unknown: Any,
 ) -> Any:
     """Declare a tool. Usable bare (``@tool``) or with options (``@tool(idempotent=True)``).
@@ -133,60 +229,86 @@ def tool(
     cached for ``cache_ttl_s``. ``lock`` is a resource held while a call runs, built from its
     arguments (``"ticket:{ticket_id}"``). ``requires_approval`` (True, or a function of the arguments
     returning whether to ask) parks each call until a person approves or denies it; an unanswered
-    request is denied after ``approval_expires_s``. An option not listed here is a configuration error.
+    request is denied after ``approval_expires_s``. ``large_output="artifact"`` keeps a result over
+    ``response_limit`` as an artifact and shows the model its head (default: RESPONSE_TOO_LARGE).
+    An option not listed here is a configuration error.
     """
     if unknown:
         raise ConfigurationError(f"@tool got unknown option(s) {', '.join(sorted(unknown))}; known: "
                                  f"{', '.join(TOOL_OPTIONS)}")
+    options = {k: v for k, v in locals().items() if k in TOOL_OPTIONS and k not in ("name", "description")}
 
     def wrap(fn: Callable[..., Any]) -> Tool:
         tool_name = name or fn.__name__
-        doc = inspect.getdoc(fn) or ""
-        desc = description or doc.split("\n\n")[0].strip()
+        desc = description or (inspect.getdoc(fn) or "").split("\n\n")[0].strip()
         if not desc:
             raise ConfigurationError(f"tool {tool_name!r} needs a description (a docstring) for the model")
-        if tier is not None and tier not in TIERS:
-            raise ConfigurationError(f"tool {tool_name!r}: tier must be one of {', '.join(TIERS)}")
-        for what, value in (("timeout_s", timeout_s), ("cache_ttl_s", cache_ttl_s)):
-            if value is not None and value < 0:
-                raise ConfigurationError(f"tool {tool_name!r}: {what} cannot be negative")
-        if approval_expires_s is not None and approval_expires_s <= 0:
-            raise ConfigurationError(f"tool {tool_name!r}: approval_expires_s must be positive")
-        if not isinstance(requires_approval, bool) and not callable(requires_approval):
-            raise ConfigurationError(f"tool {tool_name!r}: requires_approval is True/False or a function of the "
-                                     "arguments")
-        if requires_approval and read_only:
-            raise ConfigurationError(f"tool {tool_name!r}: a read_only tool's results are cached and reused; it "
-                                     "cannot also require approval")
-        if cache_ttl_s is not None and not read_only:
-            raise ConfigurationError(f"tool {tool_name!r}: cache_ttl_s is for read_only tools")
-        if fallback == tool_name:
-            raise ConfigurationError(f"tool {tool_name!r} cannot be its own fallback")
         args_model, context_param = _arguments_model(fn, tool_name)
-        _check_lock_template(lock, tool_name, set(args_model.model_fields))
         schema = args_model.model_json_schema()
         schema.pop("title", None)
-        return Tool(
-            name=tool_name,
-            description=desc,
-            func=fn,
-            args_model=args_model,
-            context_param=context_param,
-            timeout_s=timeout_s,
-            tier=tier,
-            idempotent=idempotent or read_only,
-            read_only=read_only,
-            cache_ttl_s=cache_ttl_s,
-            health_check=as_health_check(health_check, tool_name, tier or "local"),
-            fallback=fallback,
-            lock=lock,
-            response_limit=response_limit,
-            parameters=schema,
-            requires_approval=requires_approval,
-            approval_expires_s=approval_expires_s,
-        )
+        return declare(tool_name, desc, schema, func=fn,
+                       args_model=args_model, context_param=context_param,
+                       source=getattr(fn, "__module__", None), **options)
 
     return wrap(func) if func is not None else wrap
+
+
+def declare(name: str, description: str, parameters: dict[str, Any], *, func: Callable[..., Any] | None = None,
+            args_model: type[BaseModel] | None = None, context_param: str | None = None,
+            runner: ToolRunner | None = None, source: str | None = None, timeout_s: float | None = None,
+            tier: Tier | None = None, idempotent: bool = False, read_only: bool = False,
+            cache_ttl_s: float | None = None, health_check: object = None, fallback: str | None = None,
+            lock: str | None = None, response_limit: int = DEFAULT_TOOL_RESPONSE_LIMIT,
+            requires_approval: RequiresApproval = False, approval_expires_s: float | None = None,
+            large_output: LargeOutput = "refuse") -> Tool:
+    """A tool of any kind, its shared options checked: the one place a declaration becomes a ``Tool``."""
+    if not description:
+        raise ConfigurationError(f"tool {name!r} needs a description (a docstring) for the model")
+    if tier is not None and tier not in TIERS:
+        raise ConfigurationError(f"tool {name!r}: tier must be one of {', '.join(TIERS)}")
+    for what, value in (("timeout_s", timeout_s), ("cache_ttl_s", cache_ttl_s)):
+        if value is not None and value < 0:
+            raise ConfigurationError(f"tool {name!r}: {what} cannot be negative")
+    if approval_expires_s is not None and approval_expires_s <= 0:
+        raise ConfigurationError(f"tool {name!r}: approval_expires_s must be positive")
+    if not isinstance(requires_approval, bool) and not callable(requires_approval):
+        raise ConfigurationError(f"tool {name!r}: requires_approval is True/False or a function of the "
+                                 "arguments")
+    if requires_approval and read_only:
+        raise ConfigurationError(f"tool {name!r}: a read_only tool's results are cached and reused; it "
+                                 "cannot also require approval")
+    if cache_ttl_s is not None and not read_only:
+        raise ConfigurationError(f"tool {name!r}: cache_ttl_s is for read_only tools")
+    if fallback == name:
+        raise ConfigurationError(f"tool {name!r} cannot be its own fallback")
+    if large_output not in ("refuse", "artifact"):
+        raise ConfigurationError(f"tool {name!r}: large_output is 'refuse' or 'artifact'")
+    if response_limit < 1:
+        raise ConfigurationError(f"tool {name!r}: response_limit must be positive")
+    params = set(args_model.model_fields) if args_model is not None else set(parameters.get("properties", {}))
+    _check_lock_template(lock, name, params)
+    return Tool(
+        name=name,
+        description=description,
+        func=func,
+        args_model=args_model,
+        context_param=context_param,
+        timeout_s=timeout_s,
+        tier=tier,
+        idempotent=idempotent or read_only,
+        read_only=read_only,
+        cache_ttl_s=cache_ttl_s,
+        health_check=as_health_check(health_check, name, tier or "local"),
+        fallback=fallback,
+        lock=lock,
+        response_limit=response_limit,
+        parameters=parameters,
+        requires_approval=requires_approval,
+        approval_expires_s=approval_expires_s,
+        large_output=large_output,
+        runner=runner,
+        source=source,
+    )
 
 
 TOOL_OPTIONS = tuple(p for p in inspect.signature(tool).parameters if p not in ("func", "unknown"))

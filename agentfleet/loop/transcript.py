@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, TypeAdapter
 
 
 class ToolCall(BaseModel):
@@ -87,6 +87,17 @@ class ToolResult(BaseModel):
     cache_hit: bool = False  # served from the read-only result cache: the tool did not run
     # A person approved the call: who, their note, and the arguments it ran with if they edited them.
     approval: dict[str, Any] | None = None
+    # Content the call left in the store (an output over its limit, a kept work directory): {ref, kind, size}.
+    artifacts: list[dict[str, Any]] = Field(default_factory=list)
+    # The artifacts' content, from the harness to the executor, which stores it with the step; never serialized.
+    _payloads: dict[str, bytes] = PrivateAttr(default_factory=dict)
+
+    def payloads(self) -> dict[str, bytes]:
+        return self._payloads
+
+    def carrying(self, payloads: dict[str, bytes]) -> ToolResult:
+        self._payloads = dict(payloads)
+        return self
 
     @classmethod
     def failure(cls, code: str, message: str, hint: str | None = None, duration_ms: float = 0.0, *,

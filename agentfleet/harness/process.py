@@ -1,0 +1,133 @@
+"""One child process for one tool call: its input written, its output bounded, its end enforced.
+
+The child leads a new session, so one ``killpg`` reaches everything it started in
+its group; under bubblewrap the PID namespace catches the rest. At the deadline, or
+when the call is cancelled, the group gets SIGTERM and, ``grace_s`` later, SIGKILL:
+a tool that ignores SIGTERM ends anyway. stdout is read up to a cap (a tool that
+floods it is stopped, not buffered without end) and stderr keeps only its tail.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import selectors
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from agentfleet import constants as C
+
+Stopped = Literal["timeout", "cancelled", "overflow"]
+READ_CHUNK = 65536
+
+
+@dataclass(frozen=True)
+class Exited:
+    """How the child ended: its status (negative: killed by that signal), what it printed, why we stopped it."""
+
+    returncode: int
+    stdout: bytes
+    stderr_tail: bytes
+    stopped: Stopped | None = None
+    elapsed_s: float = 0.0
+
+    @property
+    def signal(self) -> int | None:
+        """The signal that ended it, directly or as bubblewrap reports a signalled child (128 + n)."""
+        if self.returncode < 0:
+            return -self.returncode
+        if self.returncode > 128 and self.returncode - 128 < signal.NSIG:
+            return self.returncode - 128
+        return None
+
+
+def run_child(argv: Sequence[str], stdin: bytes, *, timeout_s: float, cancelled: Callable[[], bool] | None = None,
+              max_stdout: int = C.SUBPROCESS_MAX_OUTPUT, grace_s: float = C.KILL_GRACE_S,
+              poll_s: float = C.CANCEL_POLL_S, cwd: str | None = None, env: Mapping[str, str] | None = None,
+              popen: Mapping[str, Any] | None = None, on_start: Callable[[int], None] | None = None) -> Exited:
+    """Run ``argv`` to its end or ours. Raises OSError only when it cannot be started at all."""
+    started = time.monotonic()
+    proc = subprocess.Popen(list(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True, cwd=cwd, env=dict(env) if env is not None else None,
+                            close_fds=True, **dict(popen or {}))
+    if on_start is not None:
+        on_start(proc.pid)
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    feeder = threading.Thread(target=_feed, args=(proc.stdin, stdin), name=f"stdin:{proc.pid}", daemon=True)
+    feeder.start()
+    out, err = bytearray(), bytearray()
+    stopped: Stopped | None = None
+    deadline = started + timeout_s
+    next_probe = started + poll_s
+    with selectors.DefaultSelector() as sel:
+        sel.register(proc.stdout, selectors.EVENT_READ, out)
+        sel.register(proc.stderr, selectors.EVENT_READ, err)
+        while sel.get_map():
+            now = time.monotonic()
+            if now >= deadline:
+                stopped = "timeout"
+            elif cancelled is not None and now >= next_probe:
+                next_probe = now + poll_s
+                if cancelled():
+                    stopped = "cancelled"
+            if stopped:
+                break
+            for key, _ in sel.select(timeout=min(poll_s, max(0.0, deadline - now))):
+                chunk = os.read(key.fd, READ_CHUNK)
+                if not chunk:
+                    sel.unregister(key.fileobj)
+                    continue
+                buf: bytearray = key.data
+                buf.extend(chunk)
+                if buf is err:
+                    del err[:-C.STDERR_KEPT]
+                elif len(out) > max_stdout:
+                    stopped = "overflow"
+            if stopped:
+                break
+    if stopped:
+        _stop_group(proc, grace_s)
+    else:
+        try:  # output closed: the child is ending; its group may still hold stragglers
+            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            stopped = "timeout"
+            _stop_group(proc, grace_s)
+    _kill_group(proc.pid)  # a backgrounded grandchild of a finished tool goes too
+    for stream in (proc.stdout, proc.stderr):
+        stream.close()
+    feeder.join(1)
+    return Exited(proc.returncode, bytes(out[: max_stdout + 1]), bytes(err), stopped,
+                  round(time.monotonic() - started, 3))
+
+
+def _feed(pipe: Any, data: bytes) -> None:
+    try:
+        pipe.write(data)
+    except (BrokenPipeError, OSError, ValueError):
+        pass  # the tool did not read its input: its exit says the rest
+    finally:
+        with contextlib.suppress(OSError):
+            pipe.close()
+
+
+def _stop_group(proc: subprocess.Popen[bytes], grace_s: float) -> None:
+    _signal_group(proc.pid, signal.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=grace_s)
+    _kill_group(proc.pid)
+    proc.wait()
+
+
+def _kill_group(pgid: int) -> None:
+    _signal_group(pgid, signal.SIGKILL)
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):  # already gone
+        os.killpg(pgid, sig)
