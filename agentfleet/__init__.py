@@ -18,7 +18,9 @@ from agentfleet.errors import (
 from agentfleet.events.contracts import Goal, Result, ResultStatus
 from agentfleet.harness.health import HealthCheck, health_check
 from agentfleet.harness.policy import ApprovalRule
-from agentfleet.harness.tool import Tool, ToolContext, tool
+from agentfleet.harness.sandbox import ResourceLimits, Sandbox
+from agentfleet.harness.subprocess_tool import load_tool_folder, load_tool_manifest, subprocess_tool
+from agentfleet.harness.tool import Tool, ToolCancelled, ToolContext, tool
 from agentfleet.loop.budgets import Limits
 from agentfleet.loop.transcript import Message, ModelTurn, ToolCall, ToolResult, Usage
 from agentfleet.models import model_from_spec
@@ -48,14 +50,17 @@ __all__ = [
     "ModelUnavailable",
     "OpenAIModel",
     "ReplayModel",
+    "ResourceLimits",
     "Result",
     "ResultStatus",
     "RetryPolicy",
     "RetryingModel",
+    "Sandbox",
     "ScriptedModel",
     "Settings",
     "Tool",
     "ToolCall",
+    "ToolCancelled",
     "ToolContext",
     "ToolError",
     "ToolResult",
@@ -63,7 +68,10 @@ __all__ = [
     "Usage",
     "__version__",
     "health_check",
+    "load_tool_folder",
+    "load_tool_manifest",
     "model_from_spec",
+    "subprocess_tool",
     "tool",
 ]
 

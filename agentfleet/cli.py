@@ -334,6 +334,37 @@ def status(
 
 
 @app.command()
+def artifacts(
+    run_id: Annotated[str, typer.Argument(help="Run id")],
+    ref: Annotated[str | None, typer.Option("--ref", help="Write this artifact's content to stdout")] = None,
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="With --ref: write the content here")] = None,
+    embedded: EmbeddedOpt = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON")] = False,
+) -> None:
+    """A run's artifacts: outputs too large for the model's context, and work directories tools kept."""
+    rt = _runtime(_settings(embedded))
+    if ref is not None:
+        content = rt.store.artifact_of_run(run_id, ref)
+        if content is None:
+            err.print(f"run {run_id} has no artifact {ref}")
+            raise typer.Exit(2)
+        if output is not None:
+            output.write_bytes(content)
+        else:
+            sys.stdout.buffer.write(content)
+        return
+    kept = rt.store.artifacts_of(run_id)
+    if as_json:
+        print(json.dumps(kept, default=str))
+        return
+    table = Table("ref", "kind", "bytes", "media type", "tool", "call", "at", title=f"{len(kept)} artifact(s)")
+    for a in kept:
+        table.add_row(a["ref"], a["kind"], str(a["size"]), a["media_type"], a["tool"], a["call_id"],
+                      a["created_at"].isoformat(timespec="seconds"))
+    (out if out.is_terminal else Console(width=240)).print(table)
+
+
+@app.command()
 def runs(
     agent: Annotated[str | None, typer.Option("--agent", "-a", help="Only this agent's runs")] = None,
     state: Annotated[list[str] | None, typer.Option("--state", "-s", help="Only runs in this state (repeatable)")
@@ -673,11 +704,11 @@ def tools(
     elif not reachable:
         out.print(f"[bold red]Redis unreachable[/] at {rt.settings.redis_url}: gates fail open (every tool counts "
                   "as healthy), breakers and the cache are skipped, tools that declare a lock refuse to run")
-    table = Table("agent", "tool", "tier", "timeout", "idem/ro", "fallback", "lock", "health", "age", "detail",
+    table = Table("agent", "tool", "kind", "tier", "timeout", "idem/ro", "fallback", "lock", "health", "age", "detail",
                   "breaker", "cache hits")
     for r in rows:
         colour = {"healthy": "green", "down": "red"}.get(r["health"], "dim")
-        table.add_row(r["agent"], r["tool"], r["tier"] or "-", f"{r['timeout_s']:g}s",
+        table.add_row(r["agent"], r["tool"], r["kind"], r["tier"] or "-", f"{r['timeout_s']:g}s",
                       f"{'I' if r['idempotent'] else '-'}{'R' if r['read_only'] else '-'}", r["fallback"] or "-",
                       r["lock"] or "-", f"[{colour}]{r['health']}[/]",
                       "-" if r["age_s"] is None else f"{r['age_s']:.0f}s", (r["detail"] or "-")[:60],

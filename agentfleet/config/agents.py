@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import jsonschema
 from pydantic import BaseModel
 
-from agentfleet.constants import FINAL_ANSWER_TOOL
+from agentfleet.constants import FINAL_ANSWER_TOOL, READ_ARTIFACT_TOOL
 from agentfleet.errors import ConfigurationError
 from agentfleet.harness.policy import ApprovalRule, check_rules
 from agentfleet.loop.budgets import Limits
@@ -123,6 +123,10 @@ class Agent:
             if t.name == FINAL_ANSWER_TOOL or t.name in self.tools:
                 raise ConfigurationError(f"agent {name!r}: tool name {t.name!r} is reserved or repeated")
             self.tools[t.name] = t
+        if any(t.leaves_artifacts for t in self.tools.values()) and READ_ARTIFACT_TOOL not in self.tools:
+            from agentfleet.harness.artifacts import read_artifact
+
+            self.tools[READ_ARTIFACT_TOOL] = read_artifact  # how its model reads what did not fit in a result
         for t in self.tools.values():
             if t.fallback is not None and t.fallback not in self.tools:
                 raise ConfigurationError(f"agent {name!r}: tool {t.name!r} falls back to {t.fallback!r}, which is "

@@ -88,7 +88,7 @@ class ToolDispatch:
             entry, breaker = facts[t.name]
             here = Availability.of(entry, breaker, now, self.settings.breaker_cooldown_s)
             rows.append({
-                "tool": t.name, "tier": t.tier, "timeout_s": t.effective_timeout_s(self.settings),
+                "tool": t.name, "kind": t.kind, "tier": t.tier, "timeout_s": t.effective_timeout_s(self.settings),
                 "idempotent": t.idempotent, "read_only": t.read_only, "fallback": t.fallback, "lock": t.lock,
                 "check": t.health_check.name if t.health_check else None,
                 "health": entry.status if entry else "unknown",

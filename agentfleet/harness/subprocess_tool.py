@@ -97,6 +97,10 @@ class SubprocessRunner:
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
 
+    @property
+    def keeps_files(self) -> bool:
+        return self.sandbox.keep_workdir
+
     def command(self, tool_dir: str) -> list[str]:
         """``argv`` with ``./`` paths resolved in the tool's directory (``/tool`` inside the sandbox)."""
         return [f"{tool_dir}/{a[2:]}" if a.startswith("./") else a for a in self.argv]

@@ -139,6 +139,11 @@ class Tool:
     source: str | None = None  # where it was declared: a module, a manifest file, a plugin
 
     @property
+    def leaves_artifacts(self) -> bool:
+        """Whether a call may keep content as an artifact (its agent is then offered ``read_artifact``)."""
+        return self.large_output == "artifact" or bool(getattr(self.runner, "keeps_files", False))
+
+    @property
     def kind(self) -> str:
         return self.runner.kind if self.runner is not None else "python"
 

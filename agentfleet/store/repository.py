@@ -605,3 +605,41 @@ class Store:
         stmt = select(T.approvals).where(T.approvals.c.run_id == run_id).order_by(T.approvals.c.requested_at)
         with self.engine.connect() as conn:
             return [ApprovalRecord.from_row(r) for r in conn.execute(stmt).all()]
+
+    # ------------------------------------------------------------------ artifacts
+
+    def keep_artifacts(self, conn: Connection, *, run_id: str, call_id: str, tool: str,
+                       refs: Sequence[dict[str, Any]], payloads: dict[str, bytes]) -> None:
+        """Store each artifact's content once (by reference) and link it to the call that produced it.
+
+        A reference without content here (a cached result served again) is linked only: its content
+        was stored when it was first produced, and references are content addresses."""
+        at = now()
+        for ref in refs:
+            content = payloads.get(ref["ref"])
+            if content is not None:
+                self._insert_ignore(conn, T.artifacts, {
+                    "ref": ref["ref"], "size": len(content), "media_type": ref.get("media_type", "application/json"),
+                    "content": content, "created_at": at}, ["ref"])
+            self._insert_ignore(conn, T.run_artifacts, {
+                "run_id": run_id, "ref": ref["ref"], "call_id": call_id, "tool": tool,
+                "kind": ref.get("kind", "output"), "size": ref.get("size", len(content or b"")), "created_at": at,
+            }, ["run_id", "ref", "call_id"])
+
+    def artifact_of_run(self, run_id: str, ref: str) -> bytes | None:
+        """An artifact's content, if one of this run's calls produced it (runs do not read each other's)."""
+        stmt = (select(T.artifacts.c.content)
+                .join(T.run_artifacts, T.run_artifacts.c.ref == T.artifacts.c.ref)
+                .where(T.run_artifacts.c.run_id == run_id, T.artifacts.c.ref == ref).limit(1))
+        with self.engine.connect() as conn:
+            row = conn.execute(stmt).first()
+        return bytes(row[0]) if row is not None else None
+
+    def artifacts_of(self, run_id: str) -> list[dict[str, Any]]:
+        """A run's artifacts, in the order its calls produced them: reference, kind, size, tool, call."""
+        r = T.run_artifacts.c
+        stmt = (select(r.ref, r.kind, r.size, r.tool, r.call_id, r.created_at, T.artifacts.c.media_type)
+                .join(T.artifacts, T.artifacts.c.ref == r.ref)
+                .where(r.run_id == run_id).order_by(r.created_at, r.call_id))
+        with self.engine.connect() as conn:
+            return [dict(row._mapping) for row in conn.execute(stmt).all()]

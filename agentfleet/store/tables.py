@@ -11,6 +11,7 @@ from sqlalchemy import (
     Float,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     PrimaryKeyConstraint,
     String,
@@ -186,4 +187,29 @@ audit = Table(
     Column("worker", String(255), nullable=False),
     Index("ix_audit_run", "run_id", "id"),
     Index("ix_audit_at", "at"),
+)
+
+# Artifacts (harness/artifacts.py): content kept once under its sha256 reference, and the calls that produced
+# it; a run reads only artifacts linked to it.
+artifacts = Table(
+    "artifacts",
+    metadata,
+    Column("ref", String(80), primary_key=True),
+    Column("size", BigInteger, nullable=False),
+    Column("media_type", String(128), nullable=False),
+    Column("content", LargeBinary, nullable=False),
+    Column("created_at", Ts, nullable=False),
+)
+
+run_artifacts = Table(
+    "run_artifacts",
+    metadata,
+    Column("run_id", String(64), nullable=False),
+    Column("ref", String(80), nullable=False),
+    Column("call_id", String(128), nullable=False),
+    Column("tool", String(128), nullable=False),
+    Column("kind", String(32), nullable=False),  # "output" (over the tool's limit) or "workdir" (kept files)
+    Column("size", BigInteger, nullable=False),
+    Column("created_at", Ts, nullable=False),
+    PrimaryKeyConstraint("run_id", "ref", "call_id"),
 )

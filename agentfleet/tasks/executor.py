@@ -64,6 +64,9 @@ def on_tool_requested(step: Step) -> list[Envelope]:
         event = step.event(event_type, finished, key=(req.iteration, req.call.id, "finished"))
         try:
             with store.tx() as conn:
+                if result.artifacts:
+                    store.keep_artifacts(conn, run_id=step.env.run_id, call_id=req.call.id, tool=req.call.name,
+                                         refs=result.artifacts, payloads=result.payloads())
                 store.finish_step(conn, key, status="succeeded" if result.ok else "failed",
                                   output=result.model_dump(mode="json"), duration_ms=result.duration_ms)
                 events = step.commit(conn, [event])
@@ -178,7 +181,11 @@ def _attempt(step: Step, req: ToolRequested, attempt: int, arguments: dict[str, 
             f"an earlier attempt of {tool.name} died mid-call; it may or may not have taken effect",
             "Check the outside system's state (the idempotency key is stable) before calling again.",
         ), False
-    ctx = ToolContext(run_id=step.env.run_id, call_id=req.call.id, idempotency_key=req.idempotency_key,
-                      workspace=settings.workspace, attempt=attempt)
+    run_id, stops, store = step.env.run_id, step.rt.stops, step.rt.store
+    ctx = ToolContext(run_id=run_id, call_id=req.call.id, idempotency_key=req.idempotency_key,
+                      workspace=settings.workspace, attempt=attempt,
+                      cancel_check=lambda: stops.stopped(run_id),
+                      heartbeat_sink=lambda details: stops.heartbeat(req.idempotency_key, details),
+                      artifact=lambda ref: store.artifact_of_run(run_id, ref))
     step.rt.hooks.before_tool(_call_info(step, req, attempt, True))
     return step.rt.dispatch.call(tool, arguments, ctx), True

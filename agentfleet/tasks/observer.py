@@ -148,6 +148,8 @@ def on_run_ended(step: Step) -> list[Envelope]:
     pending = store.pending_replies(step.env.run_id)
     for _id, reply_to, correlation_id in pending:
         publisher.reply(reply_to, correlation_id or None, result)
+    if result.status != ResultStatus.SUCCEEDED:  # tools of a run that ended early may still run: stop them
+        step.rt.stops.mark(step.env.run_id, f"{result.status}: {result.error_code}")
     if not ended.redelivery:
         publisher.publish_public(str(step.env.type), ended.result, step.env.run_id)
     with store.tx() as conn:

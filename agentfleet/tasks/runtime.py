@@ -18,6 +18,7 @@ from agentfleet.events.topology import Topology
 from agentfleet.harness.dispatch import ToolDispatch
 from agentfleet.harness.fleet_redis import FleetRedis, connect
 from agentfleet.harness.redaction import install_for
+from agentfleet.harness.stops import RunStops
 from agentfleet.hooks.base import Hooks
 from agentfleet.hooks.loading import build_hooks
 from agentfleet.models.base import Model
@@ -41,6 +42,7 @@ class Runtime:
     redis: FleetRedis
     dispatch: ToolDispatch
     hooks: Hooks
+    stops: RunStops
 
     def agent(self, name: str) -> Agent | None:
         return self.agents.get(name)
@@ -74,6 +76,7 @@ def runtime_for(app: Celery) -> Runtime:
                 dispatch=ToolDispatch(redis, settings, by=f"{socket.gethostname()}:{os.getpid()}",
                                       report=announcer(publisher)),
                 hooks=hooks,
+                stops=RunStops(redis),
             )
             app._agentfleet_runtime = existing  # type: ignore[attr-defined]
     return existing

@@ -1,0 +1,72 @@
+"""Subprocess tools inside runs on the embedded fleet: artifacts kept and read, cancellation reaching tools."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from agentfleet.events.envelope import Envelope, EventType, RunCancelRequested
+from agentfleet.harness.sandbox import support
+from agentfleet.loop.states import RunState
+from agentfleet.workers.embedded import EmbeddedFleet
+from tests.fixtures.agents import NAP_MARKER
+from tests.helpers import embedded_fleet, eventually, processes_with, wait_for_run
+
+
+@pytest.fixture
+def fleet(tmp_path: Path) -> Iterator[EmbeddedFleet]:
+    assert support(refresh=True).available, support().detail
+    with embedded_fleet(tmp_path, "tests.fixtures.agents,agentfleet.examples.polyglot") as running:
+        yield running
+
+
+def cancel(fleet: EmbeddedFleet, run_id: str) -> None:
+    fleet.runtime.publisher.publish([Envelope.new(EventType.RUN_CANCEL_REQUESTED, run_id,
+                                                  RunCancelRequested(reason="test"), trace_id="t")])
+
+
+def test_tools_in_three_languages_agree_and_a_large_answer_is_an_artifact_the_model_reads(
+        fleet: EmbeddedFleet) -> None:
+    text = " ".join(f"word{i}" for i in range(300))
+    run = wait_for_run(fleet.store, fleet.submit({"agent": "polyglot", "input": {"text": text}}))
+    assert run.state == RunState.SUCCEEDED, run.result
+    out = run.result["output"]  # type: ignore[index]
+    assert out["counts"] == {"python": 300, "node": 300, "bash": 300} and out["agree"]
+    assert out["index_start"].startswith('{"words": [{"at": 0, "word": "word0"}')
+    [kept] = fleet.store.artifacts_of(run.run_id)
+    assert (kept["ref"], kept["kind"], kept["tool"]) == (out["index_artifact"], "output", "word_index")
+    content = fleet.store.artifact_of_run(run.run_id, kept["ref"])
+    assert content is not None and len(json.loads(content)["words"]) == 300 and len(content) == out["index_size"]
+    # The same text in another run: the content is stored once; each run sees only its own artifacts.
+    other = wait_for_run(fleet.store, fleet.submit({"agent": "polyglot", "input": {"text": text + " more"}}))
+    assert fleet.store.artifact_of_run(other.run_id, kept["ref"]) is None
+
+
+def test_a_cancelled_run_leaves_no_tool_process_behind(fleet: EmbeddedFleet) -> None:
+    run_id = fleet.submit({"agent": "napper", "input": {"seconds": 90}})
+    eventually(lambda: processes_with(NAP_MARKER), timeout=30, message="the nap never started")
+    started = time.monotonic()
+    cancel(fleet, run_id)
+    assert wait_for_run(fleet.store, run_id).state == RunState.CANCELLED
+    eventually(lambda: not processes_with(NAP_MARKER), timeout=10, message="the tool outlived its run")
+    assert time.monotonic() - started < 30  # stopped, not waited out (its timeout is 120 s)
+    step = eventually(lambda: [s for s in fleet.store.steps(run_id) if s["kind"] == "tool"
+                               and s["status"] != "started"], timeout=10)
+    assert step[0]["output"]["error_code"] == "CANCELLED"
+
+
+def test_a_long_python_tool_heartbeats_and_stops_when_its_run_is_cancelled(fleet: EmbeddedFleet) -> None:
+    run_id = fleet.submit({"agent": "counter", "input": {"upto": 100000}})
+    key = eventually(lambda: next((s["idempotency_key"] for s in fleet.store.steps(run_id) if s["kind"] == "tool"), None),
+                     timeout=30)
+    beat = eventually(lambda: fleet.runtime.stops.last_heartbeat(key), timeout=10)
+    assert "counted" in beat["details"]
+    cancel(fleet, run_id)
+    assert wait_for_run(fleet.store, run_id).state == RunState.CANCELLED
+    done = eventually(lambda: [s for s in fleet.store.steps(run_id) if s["kind"] == "tool"
+                               and s["status"] != "started"], timeout=10)
+    assert done[0]["output"]["error_code"] == "CANCELLED"
