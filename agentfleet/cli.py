@@ -17,7 +17,7 @@ from rich.table import Table
 
 from agentfleet import constants as C
 from agentfleet import logs
-from agentfleet.config.agents import load_agents
+from agentfleet.config.agents import fleet_agents
 from agentfleet.config.settings import Settings, get_settings
 from agentfleet.errors import AgentfleetError, ConfigurationError, GoalRejected, ServiceUnreachable
 from agentfleet.events.contracts import Goal, Result, ResultStatus
@@ -671,7 +671,7 @@ def flower(
 @app.command()
 def agents(as_json: Annotated[bool, typer.Option("--json", help="Print JSON")] = False) -> None:
     """List the agents this configuration loads, with their goal schemas."""
-    registry = load_agents(get_settings().agent_modules, get_settings().models)
+    registry = fleet_agents(get_settings())
     specs = {n: {"tools": list(a.tools), "goal_schema": a.goal_schema, "result_schema": a.result_schema,
                  "model": a.model.name, "limits": a.limits.model_dump()}
              for n in registry.names() if (a := registry.get(n))}
@@ -680,6 +680,36 @@ def agents(as_json: Annotated[bool, typer.Option("--json", help="Print JSON")] =
         return
     for name, spec in specs.items():
         out.print(f"[cyan]{name}[/] model={spec['model']} tools={', '.join(spec['tools'])}")
+
+
+@app.command()
+def plugins(as_json: Annotated[bool, typer.Option("--json", help="Print JSON")] = False) -> None:
+    """Every plugin found (installed entry points, AGENTFLEET_PLUGIN_PATHS folders): source, version, state.
+
+    Exits 2 with the reason when they cannot all be loaded (the fleet's workers would not start)."""
+    from agentfleet.config.plugins import discover, plan
+
+    settings = get_settings()
+    try:
+        states = plan(discover(settings.plugin_folders, entry_points=settings.plugin_entry_points),
+                      settings.disabled_plugins)
+    except ConfigurationError as exc:
+        err.print(f"[bold red]plugins cannot load[/]: {exc}")
+        raise typer.Exit(2) from None
+    rows = [{"name": p.spec.name, "version": p.spec.version, "state": p.state, "order": i + 1,
+             "source": p.spec.source, "requires": p.spec.requires, "modules": list(p.spec.modules)}
+            for i, p in enumerate(states)]
+    if as_json:
+        print(json.dumps(rows))
+        return
+    table = Table("#", "plugin", "version", "state", "requires", "source", title=f"{len(rows)} plugin(s), in load "
+                                                                                 "order")
+    for r in rows:
+        needs = ", ".join(f"{n} {v}".strip() for n, v in r["requires"].items()) or "-"
+        colour = "green" if r["state"] == "enabled" else "dim"
+        table.add_row(str(r["order"]) if r["state"] == "enabled" else "-", r["name"], r["version"],
+                      f"[{colour}]{r['state']}[/]", needs, r["source"])
+    (out if out.is_terminal else Console(width=240)).print(table)
 
 
 @app.command()

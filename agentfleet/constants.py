@@ -79,6 +79,9 @@ DEFAULT_TOOL_TIMEOUT_S: Final = 30.0
 # Timeout tiers (seconds): what a tool or health check may take by the kind of thing it calls.
 TIER_TIMEOUTS_S: Final = {"model": 30.0, "database": 5.0, "http": 3.0, "local": 1.0}
 DEFAULT_TOOL_RESPONSE_LIMIT: Final = 32_000  # characters of JSON handed back to the model
+# Plugins: the entry point group installed packages declare, and the manifest a plugin folder holds.
+PLUGIN_GROUP: Final = "agentfleet.plugins"
+PLUGIN_MANIFEST: Final = "agentfleet-plugin.toml"
 # Artifacts: an output over its tool's limit is kept and shown by its head; read_artifact reads on.
 READ_ARTIFACT_TOOL: Final = "read_artifact"
 ARTIFACT_HEAD_CHARS: Final = 2000

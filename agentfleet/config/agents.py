@@ -22,6 +22,7 @@ from agentfleet.loop.budgets import Limits
 from agentfleet.loop.transcript import Message
 
 if TYPE_CHECKING:
+    from agentfleet.config.settings import Settings
     from agentfleet.harness.tool import Tool
     from agentfleet.models.base import Model
 
@@ -226,6 +227,14 @@ class AgentRegistry:
 
 
 registry = AgentRegistry()
+
+
+def fleet_agents(settings: Settings, wrap: Callable[[Model], Model] | None = None) -> AgentRegistry:
+    """The fleet's agents as settings say: plugins first (in the order they require), then the agent modules."""
+    from agentfleet.config.plugins import load_plugins
+
+    load_plugins(settings.plugin_folders, settings.disabled_plugins, entry_points=settings.plugin_entry_points)
+    return load_agents(settings.agent_modules, settings.models, wrap)
 
 
 def load_agents(modules: Iterable[str], models: Mapping[str, str] | None = None,

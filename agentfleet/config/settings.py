@@ -35,6 +35,11 @@ class Settings(BaseSettings):
     namespace: str = Field(default=constants.DEFAULT_NAMESPACE, pattern=r"^[A-Za-z0-9_.-]+$")
     # Comma-separated modules whose import registers agents (like Celery's ``include``).
     agents: str = "agentfleet.examples.repo_report,agentfleet.examples.disk_usage,agentfleet.examples.refunds"
+    # Plugins (config/plugins.py): folders holding plugin folders (or one each), comma-separated; plugins switched
+    # off by name; whether installed packages' entry points (group agentfleet.plugins) are read at all.
+    plugin_paths: str = ""
+    plugins_disabled: str = ""
+    plugin_entry_points: bool = True
     # Root that file tools may touch; paths outside it are refused.
     workspace: Path = Field(default_factory=Path.cwd)
     log_level: str = "INFO"
@@ -132,7 +137,15 @@ class Settings(BaseSettings):
 
     @property
     def agent_modules(self) -> list[str]:
-        return [m.strip() for m in self.agents.split(",") if m.strip()]
+        return _listed(self.agents)
+
+    @property
+    def plugin_folders(self) -> list[str]:
+        return _listed(self.plugin_paths)
+
+    @property
+    def disabled_plugins(self) -> list[str]:
+        return _listed(self.plugins_disabled)
 
     def tier_timeout_s(self, tier: str) -> float:
         return float(getattr(self, f"tier_{tier}_s"))
@@ -156,3 +169,7 @@ class Settings(BaseSettings):
 @lru_cache(maxsize=1)
 def get_settings() -> Settings:
     return Settings()
+
+
+def _listed(text: str) -> list[str]:
+    return [item.strip() for item in text.split(",") if item.strip()]

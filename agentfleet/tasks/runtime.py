@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from celery import Celery
 
 from agentfleet import constants as C
-from agentfleet.config.agents import Agent, AgentRegistry, load_agents
+from agentfleet.config.agents import Agent, AgentRegistry, fleet_agents
 from agentfleet.config.settings import Settings
 from agentfleet.events.publisher import Publisher
 from agentfleet.events.topology import Topology
@@ -71,7 +71,7 @@ def runtime_for(app: Celery) -> Runtime:
                 topology=topology,
                 store=Store(make_engine(settings.effective_database_url), hooks=hooks),
                 publisher=publisher,
-                agents=load_agents(settings.agent_modules, settings.models, wrap=_rate_limit(settings)),
+                agents=fleet_agents(settings, wrap=_rate_limit(settings)),
                 redis=redis,
                 dispatch=ToolDispatch(redis, settings, by=f"{socket.gethostname()}:{os.getpid()}",
                                       report=announcer(publisher)),

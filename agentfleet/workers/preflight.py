@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from agentfleet.config.agents import load_agents
+from agentfleet.config.agents import fleet_agents
 from agentfleet.config.settings import Settings
 from agentfleet.errors import ConfigurationError, ServiceUnreachable
 from agentfleet.harness.redaction import redact
@@ -115,7 +115,7 @@ def reach_all(settings: Settings, *names: str, stop_check: Callable[[], None] | 
 
 def preflight(settings: Settings, *, stop_check: Callable[[], None] | None = None) -> None:
     """Raise ConfigurationError or ServiceUnreachable naming what to fix; return when the worker may start."""
-    load_agents(settings.agent_modules, settings.models)
+    fleet_agents(settings)
     hook_targets(settings.hooks)
     url = settings.effective_database_url
     reached = reach_all(settings, stop_check=stop_check)

@@ -61,8 +61,8 @@ def test_a_cancelled_run_leaves_no_tool_process_behind(fleet: EmbeddedFleet) -> 
 
 def test_a_long_python_tool_heartbeats_and_stops_when_its_run_is_cancelled(fleet: EmbeddedFleet) -> None:
     run_id = fleet.submit({"agent": "counter", "input": {"upto": 100000}})
-    key = eventually(lambda: next((s["idempotency_key"] for s in fleet.store.steps(run_id) if s["kind"] == "tool"), None),
-                     timeout=30)
+    key = eventually(lambda: next((s["idempotency_key"] for s in fleet.store.steps(run_id)
+                                   if s["kind"] == "tool"), None), timeout=30)
     beat = eventually(lambda: fleet.runtime.stops.last_heartbeat(key), timeout=10)
     assert "counted" in beat["details"]
     cancel(fleet, run_id)
