@@ -16,7 +16,7 @@ from agentfleet.config.agents import registry
 from agentfleet.config.plugins import discover, load, load_plugins, plan
 from agentfleet.errors import ConfigurationError
 
-LOADED: list[str] = []  # plugin modules append their name here as they are imported, to show the order
+imported: list[str] = []  # plugin modules append their name here as they are imported, to show the order
 
 
 @pytest.fixture
@@ -27,7 +27,7 @@ def tag() -> str:
 @pytest.fixture
 def clean_path() -> Iterator[None]:
     before = list(sys.path)
-    LOADED.clear()
+    imported.clear()
     yield
     sys.path[:] = before
 
@@ -42,7 +42,7 @@ def folder(root: Path, name: str, version: str = "1.0.0", *, entry: str | None =
     (d / "agentfleet-plugin.toml").write_text(f'name = "{name}"\nversion = "{version}"\nentry = "{entry}"\n{extra}'
                                               f"[requires]\n{needs}")
     (d / f"{entry}.py").write_text(body if body is not None else
-                                   f"from tests.unit.test_plugins import LOADED\nLOADED.append({name!r})\n")
+                                   f"from tests.unit.test_plugins import imported\nimported.append({name!r})\n")
     return d
 
 
@@ -52,7 +52,7 @@ def test_plugins_load_in_the_order_they_require(tmp_path: Path, tag: str, clean_
     folder(tmp_path, f"{tag}-b", "1.5.0", requires={f"{tag}-a": ">=1,<2"})
     states = load_plugins([tmp_path], [], entry_points=False)
     assert [s.spec.name for s in states] == [f"{tag}-a", f"{tag}-b", f"{tag}-c"]
-    assert LOADED == [f"{tag}-a", f"{tag}-b", f"{tag}-c"]
+    assert imported == [f"{tag}-a", f"{tag}-b", f"{tag}-c"]
 
 
 def test_a_plugin_declares_agents_and_manifest_tools_that_the_fleet_then_knows(tmp_path: Path, tag: str,
@@ -113,7 +113,7 @@ def test_each_cause_of_a_failed_load_is_one_clear_error(tmp_path: Path, tag: str
         load_plugins(paths, disabled, entry_points=False)
     assert str(err.value) == expected
     if case != "import":
-        assert LOADED == []  # found before anything was imported: nothing half-loaded
+        assert imported == []  # found before anything was imported: nothing half-loaded
 
 
 def test_a_disabled_plugin_is_listed_but_not_loaded(tmp_path: Path, tag: str, clean_path: None) -> None:
@@ -121,7 +121,7 @@ def test_a_disabled_plugin_is_listed_but_not_loaded(tmp_path: Path, tag: str, cl
     folder(tmp_path, f"{tag}-b")
     states = load_plugins([tmp_path], [f"{tag}-b"], entry_points=False)
     assert [(s.spec.name, s.state) for s in states] == [(f"{tag}-a", "enabled"), (f"{tag}-b", "disabled")]
-    assert LOADED == [f"{tag}-a"]
+    assert imported == [f"{tag}-a"]
     with pytest.raises(ConfigurationError, match="AGENTFLEET_PLUGINS_DISABLED names 'nope'"):
         plan(discover([tmp_path], entry_points=False), ["nope"])
 
@@ -133,7 +133,7 @@ def test_installed_packages_declare_plugins_through_entry_points(tmp_path: Path,
     (pkg / "__init__.py").write_text(
         "from agentfleet.config.plugins import Plugin\n"
         f"plugin = Plugin(name='{tag}-ep', modules=['{tag}_pkg.agents'], requires={{'{tag}-base': '~=1.0'}})\n")
-    (pkg / "agents.py").write_text(f"from tests.unit.test_plugins import LOADED\nLOADED.append('{tag}-ep')\n")
+    (pkg / "agents.py").write_text(f"from tests.unit.test_plugins import imported\nimported.append('{tag}-ep')\n")
     info = site / f"{tag}_pkg-2.3.0.dist-info"
     info.mkdir()
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {tag}-pkg\nVersion: 2.3.0\n")
@@ -144,7 +144,7 @@ def test_installed_packages_declare_plugins_through_entry_points(tmp_path: Path,
     mine = [s for s in states if s.spec.name.startswith(tag)]
     assert [(s.spec.name, s.spec.version, s.spec.kind) for s in mine] == [
         (f"{tag}-base", "1.2.0", "folder"), (f"{tag}-ep", "2.3.0", "entry_point")]
-    assert "entry point" in mine[1].spec.source and LOADED == [f"{tag}-base", f"{tag}-ep"]
+    assert "entry point" in mine[1].spec.source and imported == [f"{tag}-base", f"{tag}-ep"]
 
 
 def test_agentfleet_plugins_lists_source_version_and_state(tmp_path: Path, tag: str, clean_path: None,
