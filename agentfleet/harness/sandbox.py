@@ -167,19 +167,36 @@ def tool_env(sandbox: Sandbox, worker_env: Mapping[str, str] | None = None) -> d
 def as_user(limits: ResourceLimits) -> dict[str, object]:
     """``subprocess.Popen`` keywords that start the child as the sandbox user under ``limits``."""
     uid, gid = sandbox_user()
-    extra: dict[str, object] = {"preexec_fn": _rlimits(limits)}
     if os.geteuid() == 0:
-        extra.update(user=uid, group=gid, extra_groups=[])
-    return extra
+        return {"preexec_fn": _rlimits(limits, limits.processes), "user": uid, "group": gid, "extra_groups": []}
+    # Not root: the tool runs as the worker's own user, whose processes and threads (the worker's among
+    # them) all count against RLIMIT_NPROC; the tool gets its allowance on top of what runs now.
+    return {"preexec_fn": _rlimits(limits, limits.processes + tasks_of(os.getuid()))}
 
 
-def _rlimits(limits: ResourceLimits) -> Callable[[], None]:
+def tasks_of(uid: int) -> int:
+    """Processes and threads of ``uid`` now (what RLIMIT_NPROC counts), read from /proc."""
+    count = 0
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/status") as status:
+                fields = dict(line.split(":", 1) for line in status if line.startswith(("Uid:", "Threads:")))
+        except (OSError, ValueError):
+            continue
+        if int(fields.get("Uid", "-1 ").split()[0]) == uid:
+            count += int(fields.get("Threads", "1").strip() or 1)
+    return count
+
+
+def _rlimits(limits: ResourceLimits, processes: int) -> Callable[[], None]:
     table = (
         (resource.RLIMIT_CPU, limits.cpu_s, limits.cpu_s + 1),  # soft: SIGXCPU; hard: SIGKILL
         (resource.RLIMIT_AS, limits.memory_mb << 20, limits.memory_mb << 20),
         (resource.RLIMIT_NOFILE, limits.open_files, limits.open_files),
         (resource.RLIMIT_FSIZE, limits.file_size_mb << 20, limits.file_size_mb << 20),
-        (resource.RLIMIT_NPROC, limits.processes, limits.processes),
+        (resource.RLIMIT_NPROC, processes, processes),
         (resource.RLIMIT_CORE, 0, 0),
     )
 

@@ -138,3 +138,12 @@ def test_a_model_whose_key_is_missing_stops_the_worker_naming_the_variable(names
     done = start_worker(env)
     assert done.returncode == C.EXIT_CONFIGURATION, done.stdout[-2000:] + done.stderr[-2000:]
     assert "ANTHROPIC_API_KEY" in done.stderr and "Traceback" not in done.stderr, done.stderr[-2000:]
+
+
+def test_a_plugin_that_cannot_load_stops_the_worker_naming_the_plugin(namespace: str, pg_url: str) -> None:
+    env = {**env_for(namespace, pg_url), "AGENTFLEET_PLUGIN_PATHS": str(ROOT / "examples" / "plugins"),
+           "AGENTFLEET_PLUGINS_DISABLED": "wordsmith"}
+    done = start_worker(env)
+    assert done.returncode == C.EXIT_CONFIGURATION, done.stdout[-2000:] + done.stderr[-2000:]
+    said = " ".join(done.stderr.split())
+    assert "plugin 'shouter' requires 'wordsmith', which is disabled" in said and "Traceback" not in said, said[-2000:]

@@ -169,3 +169,13 @@ def test_agentfleet_plugins_lists_source_version_and_state(tmp_path: Path, tag: 
         assert refused.exit_code == 2 and "which is disabled" in " ".join(refused.output.split())
     finally:
         get_settings.cache_clear()
+
+
+def test_the_example_plugins_run_a_goal_on_the_embedded_fleet(tmp_path: Path, clean_path: None) -> None:
+    from agentfleet.loop.states import RunState
+    from tests.helpers import embedded_fleet, wait_for_run
+
+    plugins = Path(__file__).resolve().parents[2] / "examples" / "plugins"
+    with embedded_fleet(tmp_path, "", AGENTFLEET_PLUGIN_PATHS=str(plugins)) as fleet:
+        run = wait_for_run(fleet.store, fleet.submit({"agent": "shouter", "input": {"text": "quiet please"}}))
+    assert run.state == RunState.SUCCEEDED and run.result["output"] == {"text": "QUIET PLEASE"}  # type: ignore[index]
