@@ -7,8 +7,8 @@ cannot talk its way past a namespace. What a tool sees:
   (then it shares the host's network: bubblewrap cannot filter by address);
 * a read-only root holding read-only system directories (``/usr``, ``/etc`` and the merged ``/bin``,
   ``/lib``), a private ``/proc``, ``/dev`` and ``/tmp`` (gone with the call); its own directory
-  read-only at ``/tool``; a private writable work directory for the call at ``/work``, which is its
-  home and current directory; nothing else
+  read-only at ``/sandbox/tool``; a private writable work directory for the call at
+  ``/sandbox/work``, which is its home and current directory; nothing else
   of the worker's files (not the worker's home, not the workspace, not the project);
 * an environment cleared except ``PATH``, ``HOME``, ``LANG``, ``TMPDIR`` and what it declares;
 * new PID, IPC, UTS and user namespaces: when bubblewrap's own process dies, every process the
@@ -37,12 +37,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from agentfleet import constants as C
 
-WORKDIR = "/work"  # the call's private writable directory, as the tool sees it
-TOOLDIR = "/tool"  # the tool's own directory, read-only
+SANDBOX_ROOT = "/sandbox"  # where the call's own directories appear; no host path is shown beneath it
+WORKDIR = "/sandbox/work"  # the call's private writable directory, as the tool sees it
+TOOLDIR = "/sandbox/tool"  # the tool's own directory, read-only
 SYSTEM_DIRS = ("/usr", "/etc", "/opt")
 MERGED_LINKS = ("/bin", "/lib", "/lib64", "/lib32", "/sbin")  # links into /usr on merged-/usr systems
 BASE_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": WORKDIR, "LANG": "C.UTF-8", "TMPDIR": "/tmp"}
@@ -71,6 +72,15 @@ class Sandbox(BaseModel):
     env: dict[str, str] = Field(default_factory=dict, description="Variables set for the tool")
     pass_env: tuple[str, ...] = Field(default=(), description="Worker variables passed through by name")
     read_only: tuple[str, ...] = Field(default=(), description="More host paths visible read-only, same path")
+
+    @field_validator("read_only")
+    @classmethod
+    def _outside_the_sandbox_dirs(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for path in value:
+            if not path.startswith("/") or path == "/" or path.startswith(SANDBOX_ROOT):
+                raise ValueError(f"{path!r}: read_only paths are absolute host paths, not / and not under "
+                                 f"{SANDBOX_ROOT}")
+        return value
     limits: ResourceLimits = Field(default_factory=ResourceLimits)
     keep_workdir: bool = Field(default=False, description="Keep the work directory as an artifact after the call")
     required: bool = Field(default=True, description="Refuse to run where bubblewrap cannot (False: run with "
@@ -85,18 +95,21 @@ class Support:
     detail: str
 
 
-_support: tuple[float, Support] | None = None
+_support: tuple[float, str | None, Support] | None = None
 _support_lock = threading.Lock()
 
 
 def support(*, refresh: bool = False) -> Support:
-    """Probe bubblewrap once per ``SUPPORT_TTL_S`` by running ``true`` in the sandbox we would build."""
+    """Probe bubblewrap once per ``SUPPORT_TTL_S`` (or when which ``bwrap`` is found changes) by running
+    ``true`` in the sandbox we would build."""
     global _support
+    found_at = shutil.which("bwrap")
     with _support_lock:
-        if not refresh and _support is not None and time.monotonic() - _support[0] < SUPPORT_TTL_S:
-            return _support[1]
+        if (not refresh and _support is not None and _support[1] == found_at
+                and time.monotonic() - _support[0] < SUPPORT_TTL_S):
+            return _support[2]
         found = _probe()
-        _support = (time.monotonic(), found)
+        _support = (time.monotonic(), found_at, found)
         return found
 
 

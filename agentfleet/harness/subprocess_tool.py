@@ -12,7 +12,7 @@ The contract, for tool authors:
   ``{"error": {"code": "INVALID_ARGUMENTS", "message": "...", "hint": "..."}}`` to name a code;
 * environment: ``AGENTFLEET_RUN_ID``, ``AGENTFLEET_CALL_ID``, ``AGENTFLEET_IDEMPOTENCY_KEY``
   (pass it to outside systems that dedupe), ``AGENTFLEET_ATTEMPT``, plus what the tool declares;
-* files: its own directory read-only at ``/tool``, a private writable ``/work`` (current directory).
+* files: its own directory read-only at ``/sandbox/tool``, a private writable ``/sandbox/work`` (current directory).
 """
 
 from __future__ import annotations
@@ -102,7 +102,7 @@ class SubprocessRunner:
         return self.sandbox.keep_workdir
 
     def command(self, tool_dir: str) -> list[str]:
-        """``argv`` with ``./`` paths resolved in the tool's directory (``/tool`` inside the sandbox)."""
+        """``argv`` with ``./`` paths resolved in the tool's directory (``/sandbox/tool`` inside the sandbox)."""
         return [f"{tool_dir}/{a[2:]}" if a.startswith("./") else a for a in self.argv]
 
 
@@ -216,10 +216,7 @@ def subprocess_tool(
         for a in argv:
             if a.startswith("./") and not (folder / a[2:]).is_file():
                 raise ConfigurationError(f"tool {name!r}: {folder / a[2:]} does not exist")
-    try:
-        box = sandbox if isinstance(sandbox, Sandbox) else Sandbox.model_validate(sandbox or {})
-    except ValidationError as exc:
-        raise ConfigurationError(f"tool {name!r}: its sandbox is invalid: {_first(exc)}") from None
+    box = _sandbox_of(sandbox, name)
     if max_output < response_limit:
         raise ConfigurationError(f"tool {name!r}: max_output ({max_output}) is below response_limit")
     runner = SubprocessRunner(tuple(argv), folder, box, max_output)
@@ -229,6 +226,22 @@ def subprocess_tool(
         health_check=health_check if health_check is not None else (sandbox_check() if box.required else None),
         fallback=fallback, lock=lock, response_limit=response_limit, requires_approval=requires_approval,
         approval_expires_s=approval_expires_s, large_output=large_output)
+
+
+def python_runner(fn: Any, tool_name: str, sandbox: Sandbox | bool | dict[str, Any]) -> SubprocessRunner:
+    """The runner of a Python tool that opted in to the sandbox (``@tool(sandbox=...)``)."""
+    from agentfleet.harness.sandboxed_python import python_argv_and_sandbox
+
+    box = _sandbox_of(Sandbox() if sandbox is True else sandbox, tool_name)
+    argv, widened = python_argv_and_sandbox(fn, tool_name, box)
+    return SubprocessRunner(tuple(argv), None, widened)
+
+
+def _sandbox_of(sandbox: Any, tool_name: str) -> Sandbox:
+    try:
+        return sandbox if isinstance(sandbox, Sandbox) else Sandbox.model_validate(sandbox or {})
+    except ValidationError as exc:
+        raise ConfigurationError(f"tool {tool_name!r}: its sandbox is invalid: {_first(exc)}") from None
 
 
 SUBPROCESS_OPTIONS = ("description", "schema", "directory", "sandbox", "max_output", "timeout_s", "tier",

@@ -223,6 +223,7 @@ def tool(
     requires_approval: RequiresApproval = False,
     approval_expires_s: float | None = None,
     large_output: LargeOutput = "refuse",
+    sandbox: Any = None,
     **unknown: Any,
 ) -> Any:
     """Declare a tool. Usable bare (``@tool``) or with options (``@tool(idempotent=True)``).
@@ -236,12 +237,14 @@ def tool(
     returning whether to ask) parks each call until a person approves or denies it; an unanswered
     request is denied after ``approval_expires_s``. ``large_output="artifact"`` keeps a result over
     ``response_limit`` as an artifact and shows the model its head (default: RESPONSE_TOO_LARGE).
-    An option not listed here is a configuration error.
+    ``sandbox`` (True, or a ``Sandbox``) runs each call as a subprocess in the sandbox, killed at its
+    timeout, instead of in a thread of the executor. An option not listed here is a configuration error.
     """
     if unknown:
         raise ConfigurationError(f"@tool got unknown option(s) {', '.join(sorted(unknown))}; known: "
                                  f"{', '.join(TOOL_OPTIONS)}")
-    options = {k: v for k, v in locals().items() if k in TOOL_OPTIONS and k not in ("name", "description")}
+    options = {k: v for k, v in locals().items()
+               if k in TOOL_OPTIONS and k not in ("name", "description", "sandbox")}
 
     def wrap(fn: Callable[..., Any]) -> Tool:
         tool_name = name or fn.__name__
@@ -251,7 +254,14 @@ def tool(
         args_model, context_param = _arguments_model(fn, tool_name)
         schema = args_model.model_json_schema()
         schema.pop("title", None)
-        return declare(tool_name, desc, schema, func=fn,
+        runner = None
+        if sandbox:
+            from agentfleet.harness.subprocess_tool import python_runner, sandbox_check
+
+            runner = python_runner(fn, tool_name, sandbox)
+            if options["health_check"] is None and runner.sandbox.required:
+                options["health_check"] = sandbox_check()
+        return declare(tool_name, desc, schema, func=fn, runner=runner,
                        args_model=args_model, context_param=context_param,
                        source=getattr(fn, "__module__", None), **options)
 

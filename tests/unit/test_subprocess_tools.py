@@ -150,11 +150,11 @@ def test_escape_a_tcp_connection_to_the_broker_is_refused(tmp_path: Path) -> Non
 def test_escape_writing_outside_the_work_directory_fails(tmp_path: Path) -> None:
     target = tmp_path / "outside.txt"
     probe = py("write", f"import json\nout = {{}}\nfor p in ['{target}', '/usr/evil', '/etc/evil', '/tool_x', "
-                        "'/work/ok.txt']:\n try:\n  open(p, 'w').write('x'); out[p] = 'written'\n except OSError as "
-                        "e:\n  out[p] = e.strerror\nprint(json.dumps(out))")
+                        "'/sandbox/tool_x', '/sandbox/work/ok.txt']:\n try:\n  open(p, 'w').write('x'); "
+                        "out[p] = 'written'\n except OSError as e:\n  out[p] = e.strerror\nprint(json.dumps(out))")
     result = run_tool(probe, {}, ctx(tmp_path), 10)
-    assert result.ok and result.output["/work/ok.txt"] == "written", result
-    assert [p for p, v in result.output.items() if v == "written"] == ["/work/ok.txt"]
+    assert result.ok and result.output["/sandbox/work/ok.txt"] == "written", result
+    assert [p for p, v in result.output.items() if v == "written"] == ["/sandbox/work/ok.txt"]
     assert not target.exists()
 
 
@@ -180,7 +180,7 @@ def test_escape_reading_the_workers_environment_finds_no_secret(tmp_path: Path, 
                sandbox=Sandbox(pass_env=("LANG_UNSET",), env={"GREETING": "hi"}))
     result = run_tool(probe, {}, ctx(tmp_path), 10)
     assert result.ok and "CANARY" not in json.dumps(result.output)
-    assert result.output["env"]["GREETING"] == "hi" and result.output["env"]["HOME"] == "/work"
+    assert result.output["env"]["GREETING"] == "hi" and result.output["env"]["HOME"] == "/sandbox/work"
 
 
 def test_escape_a_fork_bomb_is_held_by_the_process_limit(tmp_path: Path) -> None:
@@ -230,7 +230,7 @@ def test_a_grandchild_left_behind_by_a_finished_tool_is_gone_too(tmp_path: Path)
 def test_the_work_directory_is_private_to_the_call_and_removed_after(tmp_path: Path) -> None:
     where = py("where", "import json, os; open('note', 'w').write('x'); print(json.dumps(os.getcwd()))")
     result = run_tool(where, {}, ctx(tmp_path), 10)
-    assert result.output == "/work"
+    assert result.output == "/sandbox/work"
     from agentfleet.harness.subprocess_tool import CALLS_ROOT
     assert not any(p.name.startswith("where-") for p in CALLS_ROOT.iterdir())
 
@@ -269,3 +269,37 @@ def test_where_bubblewrap_cannot_run_a_sandboxed_tool_is_refused_never_run_bare(
     result = run_tool(bare, {}, ctx(tmp_path), 10)
     assert result.error_code == ErrorCode.TOOL_UNAVAILABLE and "bubblewrap" in result.message
     assert not marker.exists()
+    monkeypatch.undo()
+    assert support().available  # found again as soon as bwrap is on the PATH
+
+
+def test_a_python_tool_may_opt_in_to_run_as_a_subprocess_in_the_sandbox(tmp_path: Path) -> None:
+    from tests.fixtures.sandboxed_tools import refuses, sleepy, where_am_i
+
+    canary = Path.home() / f".agentfleet-canary-py-{os.getpid()}"
+    canary.write_text("CANARY")
+    try:
+        result = run_tool(where_am_i, {"peek": str(canary)}, ctx(tmp_path, "py1"), 10)
+    finally:
+        canary.unlink()
+    assert where_am_i.kind == "subprocess" and result.ok, result
+    assert result.output["cwd"] == "/sandbox/work" and result.output["call"] == "py1"
+    assert result.output["uid"] != 0
+    assert result.output["peek"] != "CANARY"
+    said = run_tool(refuses, {"city": "Atlantis"}, ctx(tmp_path), 10)
+    assert (said.error_code, said.message, said.hint) == (ErrorCode.INVALID_ARGUMENTS, "no such city: Atlantis",
+                                                          "Try Paris.")
+    slow = run_tool(sleepy, {"seconds": 300}, ctx(tmp_path), 10)
+    assert slow.error_code == ErrorCode.TIMEOUT
+    assert processes_with("tests.fixtures.sandboxed_tools:sleepy") == []  # killed, not a thread left running
+
+
+def test_a_sandboxed_python_tool_must_be_importable_by_the_sandbox() -> None:
+    from agentfleet import tool as declare_tool
+
+    def local(x: int) -> int:
+        """Local."""
+        return x
+
+    with pytest.raises(ConfigurationError, match="module-level function"):
+        declare_tool(sandbox=True)(local)
