@@ -66,3 +66,28 @@ def test_a_call_that_keeps_killing_its_worker_is_dead_lettered_not_looped(
     assert result["status"] == "succeeded"  # the model was told, and finished
     assert [s["error_code"] for s in result["output"]["seen"]] == [ErrorCode.POISON_MESSAGE]
     assert dead and dead[0][0].headers[C.HEADER_DEAD_ERROR_CODE] == ErrorCode.POISON_MESSAGE
+
+
+def test_an_executor_killed_mid_subprocess_tool_takes_the_sandbox_with_it_and_the_run_ends(
+    workers: WorkerProcs, namespace: str, store: Store
+) -> None:
+    """bwrap's --die-with-parent: no tool process outlives its executor; the redelivered call (nap is not
+    idempotent) becomes UNKNOWN_OUTCOME, not a second nap."""
+    from tests.fixtures.agents import NAP_MARKER
+    from tests.helpers import eventually, processes_with
+
+    workers.start(C.PLANNER)
+    workers.start(C.OBSERVER)
+    workers.start(C.EXECUTOR)
+    workers.wait_ready()
+    client = AmqpClient()
+    corr = client.publish_goal(namespace, "goal.napper", {"agent": "napper", "input": {"seconds": 90}})
+    eventually(lambda: processes_with(NAP_MARKER), timeout=60, message="the nap never started")
+    assert workers.kill(workers.name(C.EXECUTOR, 2))
+    eventually(lambda: not processes_with(NAP_MARKER), timeout=10, message="the tool outlived its executor")
+    workers.start(C.EXECUTOR)
+    result = client.replies(1, timeout=60).get(corr)
+    client.close()
+    assert result is not None and result["status"] == "succeeded", result
+    assert [s["error_code"] for s in result["output"]["seen"]] == [ErrorCode.UNKNOWN_OUTCOME]
+    assert processes_with(NAP_MARKER) == []
