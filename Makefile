@@ -22,9 +22,15 @@ tools:
 
 ## Run the bundled example agents end to end in embedded mode (no services, no API key).
 ## AGENTFLEET_DEMO_DU=/no/such/du make run breaks disk_usage's health check on purpose: watch the gate.
-run: install
+run: install tools
 	$(BIN)/agentfleet run repo_report --input '{"path": "agentfleet"}'
 	$(BIN)/agentfleet run disk_usage --input '{"path": "agentfleet"}'
+	$(BIN)/agentfleet run polyglot --input '{"text": "$(POLYGLOT_TEXT)"}'
+
+POLYGLOT_TEXT := A goal is published as a message; planner, executor and observer workers move it forward one \
+  step at a time. Every step is checkpointed under an idempotency key, and every tool that is not Python runs \
+  as a subprocess in a sandbox of its own, with no network, no view of the worker, and limits on what it may \
+  spend. This text is long enough that the index of its words does not fit in one tool result.
 
 ## The whole suite: lint, unit, integration (real RabbitMQ, Postgres, Redis on localhost).
 test: install tools

@@ -4,6 +4,7 @@ The public API is what this module exports; ``tests/unit/test_public_api.py`` pi
 """
 
 from agentfleet.config.agents import Agent
+from agentfleet.config.plugins import Plugin
 from agentfleet.config.settings import Settings
 from agentfleet.errors import (
     AgentfleetError,
@@ -49,6 +50,7 @@ __all__ = [
     "ModelTurn",
     "ModelUnavailable",
     "OpenAIModel",
+    "Plugin",
     "ReplayModel",
     "ResourceLimits",
     "Result",

@@ -449,7 +449,7 @@ def cancel(
     run_id: Annotated[str, typer.Argument(help="Run id")],
     reason: Annotated[str, typer.Option(help="Why")] = "cancelled by request",
 ) -> None:
-    """Ask the fleet to cancel a run (in-flight tool calls finish; their results are ignored)."""
+    """Ask the fleet to cancel a run: running subprocess tools are killed, Python tools told (ctx.cancelled)."""
     from agentfleet.workers.client import FleetClient
 
     with FleetClient(get_settings()) as client:

@@ -34,7 +34,8 @@ class Settings(BaseSettings):
     redis_url: str = "redis://127.0.0.1:6379/0"
     namespace: str = Field(default=constants.DEFAULT_NAMESPACE, pattern=r"^[A-Za-z0-9_.-]+$")
     # Comma-separated modules whose import registers agents (like Celery's ``include``).
-    agents: str = "agentfleet.examples.repo_report,agentfleet.examples.disk_usage,agentfleet.examples.refunds"
+    agents: str = ("agentfleet.examples.repo_report,agentfleet.examples.disk_usage,agentfleet.examples.refunds,"
+                   "agentfleet.examples.polyglot")
     # Plugins (config/plugins.py): folders holding plugin folders (or one each), comma-separated; plugins switched
     # off by name; whether installed packages' entry points (group agentfleet.plugins) are read at all.
     plugin_paths: str = ""

@@ -108,8 +108,14 @@ class ToolDispatch:
         timeout = tool.effective_timeout_s(self.settings)
         ttl = self.settings.tool_cache_ttl_s if tool.cache_ttl_s is None else tool.cache_ttl_s
         cache_key = self.cache.key(tool.name, kwargs) if tool.read_only and ttl > 0 else None
-        # One round trip on the hot path: the tool's health, its breaker and (read-only) its cached result.
-        facts, cached = self._read([tool.name], *([cache_key] if cache_key else []))
+        # One round trip on the hot path: the tool's health, its breaker, whether its run has ended (cancelled,
+        # out of time) and, read-only, its cached result.
+        ended_key = self.redis.key(C.CANCEL_KEY, ctx.run_id)
+        facts, extra = self._read([tool.name], ended_key, *([cache_key] if cache_key else []))
+        ended, cached = extra[0], extra[1:]
+        if ended is not None:
+            return ToolResult.failure(ErrorCode.CANCELLED, f"{tool.name} was not started: its run has ended "
+                                                           f"({_text(ended)})", None, _ms(started))
         health, breaker = facts[tool.name]
         here = Availability.of(health, breaker, time.time(), self.settings.breaker_cooldown_s)
         trial = None
@@ -155,6 +161,10 @@ def _unavailable(tool: Tool, here: Availability, duration_ms: float) -> ToolResu
             else f"Do without {tool.name}, or call it again later.")
     return ToolResult.failure(ErrorCode.TOOL_UNAVAILABLE, f"{tool.name} is unavailable: {here.reason}", hint,
                               duration_ms, retryable=True)
+
+
+def _text(raw: bytes | str) -> str:
+    return raw.decode(errors="replace") if isinstance(raw, bytes) else raw
 
 
 def _ms(started: float) -> float:

@@ -64,9 +64,6 @@ def run_bound(tool: Tool, kwargs: dict[str, Any], ctx: ToolContext, default_time
               started: float | None = None) -> ToolResult:
     """Run a call whose arguments ``Tool.bind`` has validated."""
     started = time.perf_counter() if started is None else started
-    if ctx.cancelled:
-        return ToolResult.failure(ErrorCode.CANCELLED, f"{tool.name} was not started: its run was cancelled",
-                                  None, _ms(started))
     timeout = tool.timeout_s or default_timeout_s
     outcome = (tool.runner or IN_PROCESS).run(tool, kwargs, ctx, timeout)
     if isinstance(outcome, ToolResult):

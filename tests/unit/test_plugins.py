@@ -131,7 +131,7 @@ def test_installed_packages_declare_plugins_through_entry_points(tmp_path: Path,
     pkg = site / f"{tag}_pkg"
     pkg.mkdir(parents=True)
     (pkg / "__init__.py").write_text(
-        "from agentfleet.config.plugins import Plugin\n"
+        "from agentfleet import Plugin\n"
         f"plugin = Plugin(name='{tag}-ep', modules=['{tag}_pkg.agents'], requires={{'{tag}-base': '~=1.0'}})\n")
     (pkg / "agents.py").write_text(f"from tests.unit.test_plugins import imported\nimported.append('{tag}-ep')\n")
     info = site / f"{tag}_pkg-2.3.0.dist-info"

@@ -7,6 +7,9 @@ PINNED = [
     "ReplayModel", "Result", "ResultStatus", "RetryPolicy", "RetryingModel", "ScriptedModel", "Settings",
     "Tool", "ToolCall", "ToolContext", "ToolError", "ToolResult", "TransientToolError", "Usage", "__version__",
     "health_check", "tool",
+    # Tools in any language, sandboxed, and plugins (issue 12).
+    "Plugin", "ResourceLimits", "Sandbox", "ToolCancelled", "load_tool_folder", "load_tool_manifest",
+    "subprocess_tool",
 ]
 
 
