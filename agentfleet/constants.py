@@ -125,6 +125,7 @@ SANDBOX_MEMORY_MB: Final = 1024
 SANDBOX_OPEN_FILES: Final = 256
 SANDBOX_FILE_SIZE_MB: Final = 64
 SANDBOX_PROCESSES: Final = 64
+SANDBOX_TMP_MB: Final = 64
 SANDBOX_FALLBACK_UID: Final = 65534
 SANDBOX_CHECK: Final = "sandbox"  # the health check sandboxed tools share: can bubblewrap run here?
 CANCEL_POLL_S: Final = 0.2

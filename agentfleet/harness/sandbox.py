@@ -61,6 +61,7 @@ class ResourceLimits(BaseModel):
     open_files: int = Field(default=C.SANDBOX_OPEN_FILES, ge=8)
     file_size_mb: int = Field(default=C.SANDBOX_FILE_SIZE_MB, ge=1, description="Largest file it may write")
     processes: int = Field(default=C.SANDBOX_PROCESSES, ge=4, description="Processes of the sandbox user")
+    tmp_mb: int = Field(default=C.SANDBOX_TMP_MB, ge=1, description="Size of its private /tmp (memory)")
 
 
 class Sandbox(BaseModel):
@@ -159,7 +160,7 @@ def bwrap_argv(sandbox: Sandbox, workdir: Path, tooldir: Path | None, argv: Sequ
             cmd += ["--ro-bind-try", link, link]
     for path in sandbox.read_only:
         cmd += ["--ro-bind", path, path]
-    cmd += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+    cmd += ["--proc", "/proc", "--dev", "/dev", "--size", str(sandbox.limits.tmp_mb << 20), "--tmpfs", "/tmp"]
     if tooldir is not None:
         cmd += ["--ro-bind", str(tooldir), TOOLDIR]
     cmd += ["--bind", str(workdir), WORKDIR, "--remount-ro", "/", "--chdir", WORKDIR, "--clearenv"]

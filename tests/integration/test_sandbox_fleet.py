@@ -12,7 +12,7 @@ from agentfleet import constants as C
 from agentfleet.harness.sandbox import support
 from agentfleet.store import Store
 from tests.conftest import WorkerProcs
-from tests.fixtures.agents import NAP_MARKER
+from tests.fixtures.agents import ESCAPED, LINGER_MARKER, NAP_MARKER
 from tests.helpers import AmqpClient, eventually, processes_with
 from tests.integration.test_health_gate import start_fleet, submit
 
@@ -40,6 +40,9 @@ def test_every_escape_attempt_is_stopped_and_the_fleet_runs_on(workers: WorkerPr
         assert told["hog"]["error_code"] == "INTERNAL" and "MemoryError" in told["hog"]["message"]
         assert told["spin"]["error_code"] == "RESOURCE_LIMIT"
         assert told["bomb"]["error_code"] in ("TIMEOUT", "INTERNAL")
+        assert told["to_outside"]["output"] in ("Read-only file system", "No such file or directory")
+        assert not ESCAPED.exists()
+        assert told["linger"]["error_code"] == "TIMEOUT" and processes_with(LINGER_MARKER) == []
         # Every worker is still up, and the next goal runs as usual.
         assert all(proc.poll() is None for _, proc in workers.procs) and len(workers.procs) == len(C.ROLES)
         corr2, _ = submit(client, namespace, "wired")

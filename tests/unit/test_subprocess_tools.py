@@ -303,3 +303,11 @@ def test_a_sandboxed_python_tool_must_be_importable_by_the_sandbox() -> None:
 
     with pytest.raises(ConfigurationError, match="module-level function"):
         declare_tool(sandbox=True)(local)
+
+
+def test_the_private_tmp_is_bounded(tmp_path: Path) -> None:
+    filler = py("filler", "import json\ntry:\n open('/tmp/fill', 'wb').write(b'x' * (8 << 20))\n"
+                          " print(json.dumps('wrote'))\nexcept OSError as e:\n print(json.dumps(e.strerror))",
+                sandbox=Sandbox(limits=ResourceLimits(tmp_mb=4)))
+    result = run_tool(filler, {}, ctx(tmp_path), 10)
+    assert result.ok and result.output == "No space left on device", result
