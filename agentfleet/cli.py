@@ -329,6 +329,23 @@ def status(
                           a["rule"][:40], a["status"] + (" (edited)" if a["edited_arguments"] is not None else ""),
                           a["resolved_by"] or "-", at, (a["note"] or "-")[:60])
         out.print(asked)
+    if described["parent_run_id"]:
+        out.print(f"started by run {described['parent_run_id']} (a delegation)")
+    if described["children"]:
+        from rich.tree import Tree
+
+        root = Tree(f"{described['agent']} {run_id} [bold]{described['state']}[/]")
+
+        def grow(node: Tree, children: list[dict[str, Any]]) -> None:
+            for c in children:
+                u = c["usage"]
+                branch = node.add(f"{c['agent']} {c['run_id']} [bold]{c['state']}[/]"
+                                  + (f" {c['error_code']}" if c["error_code"] else "")
+                                  + f" steps={u['steps']} tokens={u['tokens']} ← {c['started_by']}")
+                grow(branch, c["children"])
+
+        grow(root, described["children"])
+        out.print(root)
     if described["result"]:
         out.print_json(json.dumps(described["result"]))
 

@@ -79,6 +79,8 @@ DEFAULT_TOOL_TIMEOUT_S: Final = 30.0
 # Timeout tiers (seconds): what a tool or health check may take by the kind of thing it calls.
 TIER_TIMEOUTS_S: Final = {"model": 30.0, "database": 5.0, "http": 3.0, "local": 1.0}
 DEFAULT_TOOL_RESPONSE_LIMIT: Final = 32_000  # characters of JSON handed back to the model
+# Delegation: the built-in tool an agent that declares ``delegates`` is offered.
+DELEGATE_TOOL: Final = "delegate"
 # Plugins: the entry point group installed packages declare, and the manifest a plugin folder holds.
 PLUGIN_GROUP: Final = "agentfleet.plugins"
 PLUGIN_MANIFEST: Final = "agentfleet-plugin.toml"

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import jsonschema
 from pydantic import BaseModel
 
-from agentfleet.constants import FINAL_ANSWER_TOOL, READ_ARTIFACT_TOOL
+from agentfleet.constants import DELEGATE_TOOL, FINAL_ANSWER_TOOL, READ_ARTIFACT_TOOL
 from agentfleet.errors import ConfigurationError
 from agentfleet.harness.policy import ApprovalRule, check_rules
 from agentfleet.loop.budgets import Limits
@@ -97,6 +97,7 @@ class Agent:
         limits: Limits | None = None,
         approval_rules: Sequence[ApprovalRule] = (),
         examples: Sequence[Message] = (),
+        delegates: Sequence[str] = (),
         register: bool = True,
         **unknown: Any,
     ) -> None:
@@ -105,7 +106,7 @@ class Agent:
         if unknown:
             raise ConfigurationError(f"agent {name!r}: unknown option(s) {', '.join(sorted(unknown))}; known: "
                                      "instructions, model, goal_schema, result_schema, tools, limits, "
-                                     "approval_rules, examples, register")
+                                     "approval_rules, examples, delegates, register")
         if not name or not name.replace("_", "").replace("-", "").isalnum():
             raise ConfigurationError(f"agent name {name!r} must be letters, digits, '_' or '-'")
         self.name = name
@@ -124,6 +125,16 @@ class Agent:
             if t.name == FINAL_ANSWER_TOOL or t.name in self.tools:
                 raise ConfigurationError(f"agent {name!r}: tool name {t.name!r} is reserved or repeated")
             self.tools[t.name] = t
+        self.delegates: tuple[str, ...] = tuple(delegates)
+        if self.delegates:
+            from agentfleet.harness.delegate import delegate_tool
+
+            if DELEGATE_TOOL in self.tools:
+                raise ConfigurationError(f"agent {name!r}: tool name {DELEGATE_TOOL!r} is reserved for delegation")
+            for other in self.delegates:
+                if not isinstance(other, str) or not other.replace("_", "").replace("-", "").isalnum():
+                    raise ConfigurationError(f"agent {name!r}: delegates names agents, not {other!r}")
+            self.tools[DELEGATE_TOOL] = delegate_tool(self.delegates)
         if any(t.leaves_artifacts for t in self.tools.values()) and READ_ARTIFACT_TOOL not in self.tools:
             from agentfleet.harness.artifacts import read_artifact
 
@@ -250,4 +261,9 @@ def load_agents(modules: Iterable[str], models: Mapping[str, str] | None = None,
         except Exception as exc:  # a wrong declaration: one line naming the module and the fault, exit 2
             raise ConfigurationError(f"agents module {module!r} failed while declaring its agents: "
                                      f"{type(exc).__name__}: {exc}") from exc
+    for agent in registry.all():
+        missing = [d for d in agent.delegates if d not in registry]
+        if missing:
+            raise ConfigurationError(f"agent {agent.name!r} delegates to {', '.join(map(repr, missing))}, which no "
+                                     f"loaded module declares (loaded: {', '.join(registry.names())})")
     return registry.with_models(models or {}, wrap) if models or wrap else registry

@@ -32,6 +32,7 @@ class EventType(StrEnum):
     RUN_COMPLETED = "run.completed"
     RUN_FAILED = "run.failed"
     TOOL_HEALTH_CHANGED = "tool.health_changed"
+    DELEGATION_STARTED = "delegation.started"
 
 
 class Envelope(BaseModel):
@@ -92,6 +93,16 @@ class _Payload(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+class ParentCall(_Payload):
+    """The call of a parent run a child run answers (a delegation)."""
+
+    run_id: str
+    agent: str
+    iteration: int
+    call_id: str
+    sibling_call_ids: list[str]
+
+
 class GoalSubmitted(_Payload):
     agent: str
     goal_id: str
@@ -99,6 +110,7 @@ class GoalSubmitted(_Payload):
     limits: dict[str, Any] = Field(default_factory=dict)
     reply_to: str | None = None
     correlation_id: str | None = None
+    parent: ParentCall | None = None  # set for a delegated goal: whose call its Result answers
 
 
 class ToolRequested(_Payload):
@@ -121,6 +133,7 @@ class ToolFinished(_Payload):
     result: ToolResult
     attempt: int = 1
     worker: str | None = None
+    child_usage: dict[str, Any] | None = None  # a delegation's answer: what the child run spent (the tree's)
 
 
 class Observation(_Payload):
@@ -179,6 +192,16 @@ class ApprovalResolved(_Payload):
     decision: Literal["approved", "denied", "expired"]
 
 
+class DelegationStarted(_Payload):
+    """A delegated call handed its goal to a child run; the parent may now wait on its children."""
+
+    agent: str
+    iteration: int
+    call_id: str
+    child_run_id: str
+    sibling_call_ids: list[str]
+
+
 PAYLOADS: dict[EventType, type[BaseModel]] = {
     EventType.GOAL_SUBMITTED: GoalSubmitted,
     EventType.TOOL_REQUESTED: ToolRequested,
@@ -191,4 +214,5 @@ PAYLOADS: dict[EventType, type[BaseModel]] = {
     EventType.RUN_COMPLETED: RunEnded,
     EventType.RUN_FAILED: RunEnded,
     EventType.TOOL_HEALTH_CHANGED: ToolHealthChanged,
+    EventType.DELEGATION_STARTED: DelegationStarted,
 }

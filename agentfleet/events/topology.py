@@ -29,6 +29,7 @@ CONSUMERS: dict[EventType, str] = {
     EventType.TOOL_HEALTH_CHANGED: C.OBSERVER,  # stored and announced on <ns>.public
     EventType.APPROVAL_REQUESTED: C.OBSERVER,  # announced on <ns>.public; the run may start to wait
     EventType.APPROVAL_RESOLVED: C.OBSERVER,  # announced; the parked call is sent on
+    EventType.DELEGATION_STARTED: C.OBSERVER,  # the parent may wait on its children
 }
 log = logging.getLogger(__name__)
 

@@ -58,9 +58,11 @@ class Termination:
     message: str
 
 
-def check_gates(limits: Limits, usage: Usage, iteration: int, elapsed_s: float) -> Termination | None:
-    """Gates checked before each model call; the first that trips names the ending."""
-    if iteration >= limits.max_steps:
+def check_gates(limits: Limits, usage: Usage, iteration: int, elapsed_s: float, steps_used: int = 0
+                ) -> Termination | None:
+    """Gates checked before each model call; the first that trips names the ending. ``steps_used`` counts
+    the steps of the run's finished children too (one budget per tree)."""
+    if max(iteration, steps_used) >= limits.max_steps:
         return Termination(ErrorCode.MAX_STEPS, f"reached max_steps={limits.max_steps} without a final answer")
     if usage.total_tokens >= limits.max_tokens:
         return Termination(
@@ -73,3 +75,14 @@ def check_gates(limits: Limits, usage: Usage, iteration: int, elapsed_s: float) 
     if elapsed_s >= limits.deadline_s:
         return Termination(ErrorCode.DEADLINE, f"ran {elapsed_s:.1f}s of deadline_s={limits.deadline_s}")
     return None
+
+
+def remaining(limits: Limits, usage: Usage, steps_used: int, elapsed_s: float) -> Limits | Termination:
+    """What a child started now may spend: what is left of ``limits`` (its own agent's limits can only
+    tighten it), or the gate that has already tripped."""
+    gate = check_gates(limits, usage, 0, elapsed_s, steps_used)
+    if gate is not None:
+        return gate
+    return Limits(max_steps=limits.max_steps - steps_used, max_tokens=limits.max_tokens - usage.total_tokens,
+                  max_cost_usd=limits.max_cost_usd - usage.cost_usd, deadline_s=limits.deadline_s - elapsed_s,
+                  max_repairs=limits.max_repairs)

@@ -22,3 +22,9 @@ def idempotency_key(run_id: str, iteration: int, kind: str, call_id: str = "") -
 def derived_event_id(cause_event_id: str, *parts: object) -> str:
     """An event's id derived from the event that caused it, so a re-run publishes the same ids."""
     return str(uuid.uuid5(ID_NAMESPACE, "/".join([cause_event_id, *map(str, parts)])))
+
+
+def child_goal_id(parent_run_id: str, call_id: str) -> str:
+    """A delegation's child goal id, from the parent's run and call: a redelivered delegation names the same
+    child run, so it starts no second one."""
+    return f"delegation/{parent_run_id}/{call_id}"

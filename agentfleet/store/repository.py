@@ -67,6 +67,8 @@ class RunRecord:
     redriven_at: datetime | None = None
     cached_input_tokens: int = 0
     unpriced: bool = False
+    parent_run_id: str | None = None
+    parent: dict[str, Any] | None = None
 
     @classmethod
     def from_row(cls, row: Any) -> RunRecord:
@@ -249,6 +251,7 @@ class Store:
         trace_id: str,
         input: dict[str, Any],
         limits: dict[str, Any],
+        parent: dict[str, Any] | None = None,
     ) -> bool:
         ts = now()
         return self._insert_ignore(
@@ -256,7 +259,8 @@ class Store:
             T.runs,
             dict(run_id=run_id, agent=agent, goal_id=goal_id, trace_id=trace_id, state=RunState.PENDING,
                  version=0, iteration=0, input=input, limits=limits, steps_used=0, input_tokens=0,
-                 output_tokens=0, cost_usd=0.0, created_at=ts, updated_at=ts),
+                 output_tokens=0, cost_usd=0.0, created_at=ts, updated_at=ts,
+                 parent_run_id=parent["run_id"] if parent else None, parent=parent),
             ["run_id"],
         )
 
@@ -643,3 +647,31 @@ class Store:
                 .where(r.run_id == run_id).order_by(r.created_at, r.call_id))
         with self.engine.connect() as conn:
             return [dict(row._mapping) for row in conn.execute(stmt).all()]
+
+    # ------------------------------------------------------------------ run trees (delegation)
+
+    def children(self, run_id: str, conn: Connection | None = None) -> list[RunRecord]:
+        """Runs started by this run's delegations, oldest first."""
+        stmt = select(T.runs).where(T.runs.c.parent_run_id == run_id).order_by(T.runs.c.created_at, T.runs.c.run_id)
+        if conn is not None:
+            return [RunRecord.from_row(r) for r in conn.execute(stmt).all()]
+        with self.engine.connect() as own:
+            return [RunRecord.from_row(r) for r in own.execute(stmt).all()]
+
+    def add_spend(self, conn: Connection, run_id: str, *, steps: int, input_tokens: int, output_tokens: int,
+                  cost_usd: float, cached_input_tokens: int = 0, unpriced: bool = False) -> None:
+        """Count a finished child's spend in its parent's (one budget per tree); no state change."""
+        r = T.runs.c
+        values: dict[str, Any] = dict(steps_used=r.steps_used + steps, input_tokens=r.input_tokens + input_tokens,
+                                      output_tokens=r.output_tokens + output_tokens, cost_usd=r.cost_usd + cost_usd,
+                                      cached_input_tokens=r.cached_input_tokens + cached_input_tokens)
+        if unpriced:
+            values["unpriced"] = True
+        conn.execute(update(T.runs).where(r.run_id == run_id).values(**values))
+
+    def delegated_calls(self, conn: Connection, run_id: str, iteration: int) -> set[str]:
+        """Calls of an iteration handed to child runs, whose answers have not all come back."""
+        s = T.steps.c
+        stmt = select(s.call_id).where(s.run_id == run_id, s.iteration == iteration, s.kind == "tool",
+                                       s.status == "delegated")
+        return {row[0] for row in conn.execute(stmt).all()}

@@ -48,7 +48,11 @@ runs = Table(
     Column("updated_at", Ts, nullable=False),
     Column("redrives", Integer, nullable=False, default=0, server_default="0"),  # times the sweeper re-drove it
     Column("redriven_at", Ts),
+    # A delegated run: the run whose call it answers, and that call (events.envelope.ParentCall).
+    Column("parent_run_id", String(64)),
+    Column("parent", JSON),
     UniqueConstraint("agent", "goal_id", name="uq_runs_agent_goal"),
+    Index("ix_runs_parent", "parent_run_id"),
 )
 
 # One row per step attempt-set: intent (status started) before side effects, outcome after.

@@ -23,6 +23,7 @@ HANDLERS: dict[EventType, Handler] = {
     EventType.TOOL_HEALTH_CHANGED: observer.on_tool_health_changed,
     EventType.APPROVAL_REQUESTED: observer.on_approval_requested,
     EventType.APPROVAL_RESOLVED: observer.on_approval_resolved,
+    EventType.DELEGATION_STARTED: observer.on_delegation_started,
 }
 assert set(HANDLERS) == set(CONSUMERS), "every consumed event type has exactly one handler"
 

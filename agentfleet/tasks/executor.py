@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from agentfleet.constants import DELEGATE_TOOL
 from agentfleet.errors import AgentfleetError, ErrorCode
 from agentfleet.events.envelope import ApprovalRequested, Envelope, EventType, ToolFinished, ToolRequested
 from agentfleet.harness.policy import Verdict, evaluate
@@ -23,6 +24,7 @@ from agentfleet.harness.tool import Tool, ToolContext
 from agentfleet.hooks.base import UNKNOWN_TOOL, ToolCallInfo
 from agentfleet.loop.transcript import ToolResult
 from agentfleet.store.repository import ApprovalRecord, now
+from agentfleet.tasks import delegation
 from agentfleet.tasks.base import Step
 from agentfleet.tasks.retry import CommitPending, InFlight, outcome_at_risk
 
@@ -45,7 +47,17 @@ def on_tool_requested(step: Step) -> list[Envelope]:
             name=req.call.name, input=cleared.arguments, worker=step.worker,
         )
         ran = False
-        if record.status != "started":
+        if record.status == DELEGATED:  # handed to a child run before: its Result will answer the call
+            with store.tx() as conn:
+                return step.commit(conn, [])
+        delegating = (record.status == "started" and step.carried is None and cleared.answer is None
+                      and _is_delegation(step, req))
+        refused = _delegate(step, req, key, cleared.arguments) if delegating else None
+        if isinstance(refused, list):
+            return refused  # the child's goal is out; this call is answered when the child ends
+        if refused is not None:
+            result = refused
+        elif record.status != "started":
             result = ToolResult.model_validate(record.output)  # finished before: never run it again
         elif step.carried is not None:
             result = ToolResult.model_validate(step.carried["tool_result"])  # ran before an outage: commit it
@@ -77,6 +89,31 @@ def on_tool_requested(step: Step) -> list[Envelope]:
         if record.status == "started":  # told once per call: when its result is first committed
             step.rt.hooks.after_tool(_call_info(step, req, record.attempts, ran), result)
         return events
+
+
+DELEGATED = "delegated"  # a step whose call a child run answers
+
+
+def _is_delegation(step: Step, req: ToolRequested) -> bool:
+    agent = step.rt.agent(req.agent)
+    return req.call.name == DELEGATE_TOOL and agent is not None and bool(agent.delegates)
+
+
+def _delegate(step: Step, req: ToolRequested, key: str, arguments: dict[str, Any]) -> ToolResult | list[Envelope]:
+    """Start the child run (committed with the step marked delegated), or why it cannot start."""
+    store = step.rt.store
+    agent = step.rt.agent(req.agent)
+    parent = store.get_run(step.env.run_id)
+    assert agent is not None
+    if parent is None:
+        raise AgentfleetError(f"delegation from run {step.env.run_id}, which is not in the store")
+    refused = delegation.refusal(step, parent, agent, arguments)
+    if refused is not None:
+        return refused
+    events = delegation.hand_off(step, parent, req, arguments)
+    with store.tx() as conn:
+        store.finish_step(conn, key, status=DELEGATED, output={"child_run_id": events[0].run_id}, duration_ms=0.0)
+        return step.commit(conn, events)
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from agentfleet.events.contracts import Result, ResultStatus, ToolHealthNotice
 from agentfleet.events.envelope import (
     ApprovalRequested,
     ApprovalResolved,
+    DelegationStarted,
     Envelope,
     EventType,
     Observation,
@@ -32,6 +33,7 @@ from agentfleet.loop.decisions import fan_in_complete, waits_on_people
 from agentfleet.loop.states import RunState, is_terminal
 from agentfleet.loop.transcript import ToolResult
 from agentfleet.store.repository import RunRecord
+from agentfleet.tasks import delegation
 from agentfleet.tasks.approvals import notice
 from agentfleet.tasks.base import Step, end_run, result_of
 
@@ -47,11 +49,18 @@ def on_tool_finished(step: Step) -> list[Envelope]:
         if run is None or run.state not in _FANNING_IN or run.iteration != done.iteration:
             log.info("late tool result ignored", extra={"call_id": done.call_id, "state": run and run.state})
             return step.commit(conn, [])
+        if done.child_usage:  # a delegation's answer: the child's spend is the tree's, counted in its parent
+            u = done.child_usage
+            store.add_spend(conn, run.run_id, steps=u["steps"], input_tokens=u["input_tokens"],
+                            output_tokens=u["output_tokens"], cost_usd=u["cost_usd"],
+                            cached_input_tokens=u.get("cached_input_tokens", 0), unpriced=u.get("unpriced", False))
+            run = store.get_run(run.run_id, conn, lock=True) or run
         store.record_observation(conn, run_id=run.run_id, iteration=done.iteration, call_id=done.call_id,
                                  tool=done.tool, result=done.result.model_dump(mode="json"))
         received = {o["call_id"]: o for o in store.observations(conn, run.run_id, done.iteration)}
         if not fan_in_complete(done.sibling_call_ids, received):
             _wait_if_parked(step, conn, run, done.sibling_call_ids, received)
+            _wait_for_children(step, conn, run, done.sibling_call_ids, received)
             return step.commit(conn, [])
         if not store.transition(conn, run, RunState.OBSERVING):
             return step.commit(conn, [])
@@ -68,7 +77,33 @@ def on_tool_finished(step: Step) -> list[Envelope]:
         return step.commit(conn, [event])
 
 
-_FANNING_IN = (RunState.EXECUTING, RunState.WAITING_APPROVAL)
+_FANNING_IN = (RunState.EXECUTING, RunState.WAITING_APPROVAL, RunState.WAITING_CHILDREN)
+
+
+def _wait_for_children(step: Step, conn: Connection, run: RunRecord, expected: list[str],
+                       received: Iterable[str]) -> None:
+    """EXECUTING → WAITING_CHILDREN once every call still out is answered by a child run, not a worker."""
+    if run.state != RunState.EXECUTING:
+        return
+    agent = step.rt.agent(run.agent)
+    if agent is not None and not agent.delegates:
+        return
+    outstanding = set(expected) - set(received)
+    if outstanding and outstanding <= step.rt.store.delegated_calls(conn, run.run_id, run.iteration):
+        step.rt.store.transition(conn, run, RunState.WAITING_CHILDREN)
+
+
+def on_delegation_started(step: Step) -> list[Envelope]:
+    """A call of this run went to a child run: the run waits once nothing else of its iteration runs."""
+    started = step.env.body()
+    assert isinstance(started, DelegationStarted)
+    store = step.rt.store
+    with store.tx() as conn:
+        run = store.get_run(step.env.run_id, conn, lock=True)
+        if run is not None and run.iteration == started.iteration:
+            received = [o["call_id"] for o in store.observations(conn, run.run_id, started.iteration)]
+            _wait_for_children(step, conn, run, started.sibling_call_ids, received)
+        return step.commit(conn, [])
 
 
 def _wait_if_parked(step: Step, conn: Connection, run: RunRecord, expected: list[str], received: Iterable[str]
@@ -154,7 +189,13 @@ def on_run_ended(step: Step) -> list[Envelope]:
         publisher.publish_public(str(step.env.type), ended.result, step.env.run_id)
     with store.tx() as conn:
         store.mark_replied(conn, [p[0] for p in pending])
-        return step.commit(conn, [])
+        events: list[Envelope] = []
+        run = store.get_run(step.env.run_id, conn) if not ended.redelivery else None
+        if run is not None:  # a delegated run answers its parent's call; a run that ended stops its children
+            why = f"{result.status} {result.error_code or ''}".strip()
+            events = [*delegation.answer_parent(step, run, result),
+                      *delegation.cancel_children(step, conn, run, why)]
+        return step.commit(conn, events)
 
 
 def on_tool_health_changed(step: Step) -> list[Envelope]:

@@ -56,6 +56,7 @@ def on_goal_submitted(step: Step) -> list[Envelope]:
         store.create_run(
             conn, run_id=step.env.run_id, agent=goal.agent, goal_id=goal.goal_id, trace_id=step.env.trace_id,
             input=goal.input, limits=limits.model_dump(),
+            parent=goal.parent.model_dump(mode="json") if goal.parent else None,
         )
         run = store.get_run(step.env.run_id, conn, lock=True)
         assert run is not None
@@ -121,7 +122,7 @@ def _plan(step: Step, agent: Agent, run: RunRecord, *, iteration: int, new_messa
     with store.step_lock(key) as held:
         if not held:
             raise InFlight(f"plan step {key} is being planned elsewhere")
-        gate = check_gates(limits, run.usage, iteration, run.elapsed_s())
+        gate = check_gates(limits, run.usage, iteration, run.elapsed_s(), run.steps_used)
         if gate is not None:
             return _end(step, run, new_messages, iteration, None, ResultStatus.FAILED, gate.code, gate.message)
         offer = step.rt.dispatch.offer(list(agent.tools.values()))

@@ -29,6 +29,8 @@ def step_line(step: dict[str, Any]) -> str:
         return f"{line}\n  gate: {notice}" if notice else line
     result = step.get("output") or {}
     call = f"{step['name']}({_short(step.get('input') or {})})"
+    if step["status"] == "delegated":  # answered when the child run ends (agentfleet status shows the tree)
+        return f"  → {call} handed to run {result.get('child_run_id')}"
     if step["status"] == "succeeded":
         source = "cache hit" if result.get("cache_hit") else f"{ms:.1f} ms"
         return f"  ✓ {call} {source} [{step.get('worker') or '?'}]"
@@ -119,4 +121,20 @@ def describe_run(store: Store, run_id: str) -> dict[str, Any] | None:
         "result": run.result,
         "steps": store.steps(run_id),
         "approvals": [a.summary() for a in store.approvals_of(run_id)],
+        "parent_run_id": run.parent_run_id,
+        "children": run_tree(store, run_id),
     }
+
+
+def run_tree(store: Store, run_id: str, depth: int = 0) -> list[dict[str, Any]]:
+    """The runs a run's delegations started, and theirs (a tree), with what started each and what it spent."""
+    if depth > MAX_TREE_DEPTH:
+        return []
+    return [{"run_id": c.run_id, "agent": c.agent, "state": c.state.value, "usage": c.usage_summary(),
+             "error_code": c.error_code, "started_by": f"call {(c.parent or {}).get('call_id')} "
+                                                       f"(iteration {(c.parent or {}).get('iteration')})",
+             "children": run_tree(store, c.run_id, depth + 1)}
+            for c in store.children(run_id)]
+
+
+MAX_TREE_DEPTH = 32

@@ -1,0 +1,115 @@
+"""Delegation: an agent's call of the built-in ``delegate`` tool becomes a child run, and its Result the answer.
+
+Agents never call each other. Handling a ``delegate`` call publishes the child's
+``goal.submitted`` (with the parent's run and call; the child's goal id derived from
+them, so a redelivered call names the same child run) and marks the call's step
+``delegated``; nothing waits in a worker. When the child ends, the observer turns its
+Result into the parent call's tool result, and it fans in with the iteration's other
+calls. The child sees only the input it was given; the parent gets back only the
+child's validated output (or its error code), never its transcript. Every descendant
+spends from the root's limits: a child starts with what remains, and its spend is
+added to its parent's when it ends.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Connection
+
+from agentfleet.config.agents import Agent
+from agentfleet.errors import ErrorCode
+from agentfleet.events.contracts import Result, ResultStatus
+from agentfleet.events.envelope import (
+    DelegationStarted,
+    Envelope,
+    EventType,
+    GoalSubmitted,
+    ParentCall,
+    RunCancelRequested,
+    ToolFinished,
+    ToolRequested,
+)
+from agentfleet.loop.budgets import Limits, Termination, remaining
+from agentfleet.loop.decisions import schema_errors
+from agentfleet.loop.keys import child_goal_id, derived_event_id, run_id_for
+from agentfleet.loop.states import is_terminal
+from agentfleet.loop.transcript import ToolResult
+from agentfleet.store.repository import RunRecord
+from agentfleet.tasks.base import Step
+
+CHILD_FAILED_HINT = "Decide with this: call the agent again with a better input, ask another agent, or give up."
+
+
+def refusal(step: Step, parent: RunRecord, agent: Agent, arguments: dict[str, Any]) -> ToolResult | None:
+    """Why this delegation cannot start (a structured result for the model), or None: it can."""
+    child_name = arguments.get("agent")
+    child = step.rt.agent(child_name) if isinstance(child_name, str) else None
+    if child_name not in agent.delegates or child is None:
+        return ToolResult.failure(ErrorCode.UNKNOWN_AGENT, f"{agent.name} may not delegate to {child_name!r}",
+                                  f"Delegate to one of: {', '.join(agent.delegates)}.")
+    problems = schema_errors(child.goal_schema, arguments.get("input"))
+    if problems:
+        return ToolResult.failure(ErrorCode.INPUT_INVALID, f"the input breaks {child.name}'s goal schema: "
+                                                           f"{'; '.join(problems)}",
+                                  f"Pass {child.name} an input matching its goal schema.")
+    budget = child_limits(parent)
+    if isinstance(budget, Termination):
+        return ToolResult.failure(budget.code, f"nothing left to give {child.name}: {budget.message}")
+    return None
+
+
+def child_limits(parent: RunRecord) -> Limits | Termination:
+    return remaining(Limits.model_validate(parent.limits), parent.usage, parent.steps_used, parent.elapsed_s())
+
+
+def hand_off(step: Step, parent: RunRecord, req: ToolRequested, arguments: dict[str, Any]) -> list[Envelope]:
+    """The child's goal and the parent's notice, for the executor to commit with the ``delegated`` step."""
+    child_agent = arguments["agent"]
+    goal_id = child_goal_id(parent.run_id, req.call.id)
+    child_run_id = run_id_for(child_agent, goal_id)
+    budget = child_limits(parent)
+    assert isinstance(budget, Limits), "refusal() checked the budget"
+    goal = GoalSubmitted(agent=child_agent, goal_id=goal_id, input=arguments["input"],
+                         limits=budget.model_dump(exclude={"max_repairs"}),
+                         parent=ParentCall(run_id=parent.run_id, agent=parent.agent, iteration=req.iteration,
+                                           call_id=req.call.id, sibling_call_ids=req.sibling_call_ids))
+    child_goal = Envelope.new(EventType.GOAL_SUBMITTED, child_run_id, goal, trace_id=step.env.trace_id,
+                              causation_id=step.env.event_id,
+                              event_id=derived_event_id(parent.run_id, "delegation", req.iteration, req.call.id))
+    started = step.event(EventType.DELEGATION_STARTED, DelegationStarted(
+        agent=parent.agent, iteration=req.iteration, call_id=req.call.id, child_run_id=child_run_id,
+        sibling_call_ids=req.sibling_call_ids), key=(req.iteration, req.call.id, "delegated"))
+    return [child_goal, started]
+
+
+def answer_parent(step: Step, child: RunRecord, result: Result) -> list[Envelope]:
+    """The child's end as its parent's tool result (once: the event id is derived from the child run)."""
+    if child.parent is None:
+        return []
+    parent = ParentCall.model_validate(child.parent)
+    if result.status == ResultStatus.SUCCEEDED:
+        told = ToolResult(ok=True, output={"agent": child.agent, "run_id": child.run_id, "output": result.output})
+    else:
+        told = ToolResult.failure(
+            result.error_code or ErrorCode.INTERNAL,
+            f"{child.agent} run {child.run_id} {result.status}: {result.message or result.error_code}",
+            CHILD_FAILED_HINT)
+    finished = ToolFinished(agent=parent.agent, iteration=parent.iteration, call_id=parent.call_id,
+                            tool="delegate", sibling_call_ids=parent.sibling_call_ids, result=told,
+                            child_usage={"steps": child.steps_used, "input_tokens": child.input_tokens,
+                                         "output_tokens": child.output_tokens, "cost_usd": child.cost_usd,
+                                         "cached_input_tokens": child.cached_input_tokens,
+                                         "unpriced": child.unpriced})
+    kind = EventType.TOOL_COMPLETED if told.ok else EventType.TOOL_FAILED
+    return [Envelope.new(kind, parent.run_id, finished, trace_id=step.env.trace_id, causation_id=step.env.event_id,
+                         event_id=derived_event_id(child.run_id, "answer-parent"))]
+
+
+def cancel_children(step: Step, conn: Connection, run: RunRecord, reason: str) -> list[Envelope]:
+    """Cancel requests for the live children of a run that has ended (they cascade to grandchildren)."""
+    return [Envelope.new(EventType.RUN_CANCEL_REQUESTED, child.run_id,
+                         RunCancelRequested(reason=f"its parent run {run.run_id} ended: {reason}"),
+                         trace_id=step.env.trace_id, causation_id=step.env.event_id,
+                         event_id=derived_event_id(child.run_id, "parent-ended"))
+            for child in step.rt.store.children(run.run_id, conn) if not is_terminal(child.state)]

@@ -1,0 +1,93 @@
+"""Delegation on the embedded fleet: a call answered by a child run, fan-in, one budget per tree, cancellation."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from agentfleet.events.envelope import Envelope, EventType, RunCancelRequested
+from agentfleet.loop.states import RunState
+from agentfleet.store.repository import RunRecord, Store
+from agentfleet.workers.embedded import EmbeddedFleet
+from tests.helpers import embedded_fleet, eventually, wait_for_run
+
+
+@pytest.fixture
+def fleet(tmp_path: Path) -> Iterator[EmbeddedFleet]:
+    with embedded_fleet(tmp_path, "tests.fixtures.agents") as running:
+        yield running
+
+
+def tree(store: Store, run_id: str) -> list[RunRecord]:
+    out = []
+    for child in store.children(run_id):
+        out += [child, *tree(store, child.run_id)]
+    return out
+
+
+def test_two_delegations_and_a_plain_call_fan_in_and_the_child_results_are_the_tool_results(
+        fleet: EmbeddedFleet) -> None:
+    run = wait_for_run(fleet.store, fleet.submit({"agent": "asker", "input": {"queries": ["alpha", "beta"]}}))
+    assert run.state == RunState.SUCCEEDED, run.result
+    seen = run.result["output"]["seen"]  # type: ignore[index]
+    by_call = {s["output"].get("agent", "echo") + ":" + str(i): s for i, s in enumerate(seen)}
+    assert [s["ok"] for s in seen] == [True, True, True], by_call
+    answers = sorted(s["output"]["output"]["seen"][0] for s in seen if "run_id" in s["output"])
+    assert answers == ["kb:alpha", "kb:beta"]
+    children = fleet.store.children(run.run_id)
+    assert sorted(c.agent for c in children) == ["kb_search", "kb_search"]
+    assert all(c.trace_id == run.trace_id and c.parent["run_id"] == run.run_id for c in children)  # type: ignore[index]
+    assert all(c.input in ({"q": "alpha"}, {"q": "beta"}) for c in children)  # the child sees only its input
+    # The tree's spend is counted in the root: its own turns and its children's.
+    assert run.steps_used == 2 + sum(c.steps_used for c in children)
+
+
+def test_a_child_that_fails_is_a_structured_error_the_parent_model_sees(fleet: EmbeddedFleet) -> None:
+    run = wait_for_run(fleet.store, fleet.submit({"agent": "asker", "input": {"queries": ["boom", "fine"]}}))
+    assert run.state == RunState.SUCCEEDED, run.result
+    seen = run.result["output"]["seen"]  # type: ignore[index]
+    failed = [s for s in seen if not s["ok"]]
+    [child] = [c for c in fleet.store.children(run.run_id) if c.state == RunState.FAILED]
+    assert len(failed) == 1 and failed[0]["error_code"] == child.error_code
+    assert child.run_id in failed[0]["message"] and "another agent" in failed[0]["hint"]
+
+
+def test_a_delegation_sent_twice_starts_one_child(fleet: EmbeddedFleet) -> None:
+    run = wait_for_run(fleet.store, fleet.submit({"agent": "asker", "input": {"queries": ["once"]}}))
+    assert run.state == RunState.SUCCEEDED
+    [request] = [e for e in fleet.store.stored_events(run.run_id) if e["type"] == "tool.requested"
+                 and e["payload"]["call"]["name"] == "delegate"]
+    again = Envelope.model_validate({**request, "event_id": "a-second-copy-of-the-request"})
+    fleet.runtime.publisher.publish([again])
+    time.sleep(1.0)
+    assert [c.agent for c in fleet.store.children(run.run_id)] == ["kb_search"]
+
+
+def test_a_budget_exhausted_in_a_grandchild_stops_the_whole_tree_with_token_budget(fleet: EmbeddedFleet) -> None:
+    root = wait_for_run(fleet.store, fleet.submit({"agent": "chain_root", "input": {}}))
+    [middle] = fleet.store.children(root.run_id)
+    [leaf] = fleet.store.children(middle.run_id)
+    assert [(r.agent, r.state, r.error_code) for r in (root, middle, leaf)] == [
+        ("chain_root", RunState.FAILED, "TOKEN_BUDGET"), ("chain_middle", RunState.FAILED, "TOKEN_BUDGET"),
+        ("chain_leaf", RunState.FAILED, "TOKEN_BUDGET")]
+    assert middle.limits["max_tokens"] == 40 and leaf.limits["max_tokens"] == 20  # what was left, each level
+    assert root.input_tokens + root.output_tokens == 60
+
+
+def test_cancelling_the_root_cancels_every_descendant(fleet: EmbeddedFleet) -> None:
+    root_id = fleet.submit({"agent": "cancel_root", "input": {}})
+    leaf = eventually(lambda: next((r for r in tree(fleet.store, root_id) if (r.agent == "counter"
+                                    and r.state == RunState.WAITING_CHILDREN) or (r.agent == "counter"
+                                    and r.state == RunState.EXECUTING)), None), timeout=30)
+    assert fleet.store.get_run(root_id).state == RunState.WAITING_CHILDREN  # type: ignore[union-attr]
+    fleet.runtime.publisher.publish([Envelope.new(EventType.RUN_CANCEL_REQUESTED, root_id,
+                                                  RunCancelRequested(reason="changed my mind"), trace_id="t")])
+    assert wait_for_run(fleet.store, root_id).state == RunState.CANCELLED
+    for run in eventually(lambda: [r for r in tree(fleet.store, root_id) if r.state == RunState.CANCELLED]
+                          if all(r.state == RunState.CANCELLED for r in tree(fleet.store, root_id)) else None,
+                          timeout=30):
+        assert "parent run" in run.result["message"]  # type: ignore[index]
+    assert leaf.agent == "counter"
