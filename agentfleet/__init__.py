@@ -17,6 +17,7 @@ from agentfleet.errors import (
     TransientToolError,
 )
 from agentfleet.events.contracts import Goal, Result, ResultStatus
+from agentfleet.events.domain import Trigger, domain_event
 from agentfleet.harness.health import HealthCheck, health_check
 from agentfleet.harness.policy import ApprovalRule
 from agentfleet.harness.sandbox import ResourceLimits, Sandbox
@@ -67,8 +68,10 @@ __all__ = [
     "ToolError",
     "ToolResult",
     "TransientToolError",
+    "Trigger",
     "Usage",
     "__version__",
+    "domain_event",
     "health_check",
     "load_tool_folder",
     "load_tool_manifest",

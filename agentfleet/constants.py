@@ -31,6 +31,7 @@ ROLES: Final = (PLANNER, EXECUTOR, OBSERVER)
 
 GOAL_ROUTING_PREFIX: Final = "goal."
 APPROVAL_RESOLVE_ROUTING_KEY: Final = "approval.resolve"  # answers to approval requests, plain JSON
+DOMAIN_ROUTING_PREFIX: Final = "domain."  # domain events, plain JSON: in on the inbox, mirrored on public
 
 # Message headers we add to dead letters.
 HEADER_DEAD_REASON: Final = "x-agentfleet-reason"

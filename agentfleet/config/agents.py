@@ -23,6 +23,7 @@ from agentfleet.loop.transcript import Message
 
 if TYPE_CHECKING:
     from agentfleet.config.settings import Settings
+    from agentfleet.events.domain import Trigger
     from agentfleet.harness.tool import Tool
     from agentfleet.models.base import Model
 
@@ -98,6 +99,7 @@ class Agent:
         approval_rules: Sequence[ApprovalRule] = (),
         examples: Sequence[Message] = (),
         delegates: Sequence[str] = (),
+        triggers: Sequence[Trigger] = (),
         register: bool = True,
         **unknown: Any,
     ) -> None:
@@ -106,7 +108,7 @@ class Agent:
         if unknown:
             raise ConfigurationError(f"agent {name!r}: unknown option(s) {', '.join(sorted(unknown))}; known: "
                                      "instructions, model, goal_schema, result_schema, tools, limits, "
-                                     "approval_rules, examples, delegates, register")
+                                     "approval_rules, examples, delegates, triggers, register")
         if not name or not name.replace("_", "").replace("-", "").isalnum():
             raise ConfigurationError(f"agent name {name!r} must be letters, digits, '_' or '-'")
         self.name = name
@@ -125,6 +127,11 @@ class Agent:
             if t.name == FINAL_ANSWER_TOOL or t.name in self.tools:
                 raise ConfigurationError(f"agent {name!r}: tool name {t.name!r} is reserved or repeated")
             self.tools[t.name] = t
+        from agentfleet.events.domain import Trigger
+
+        if not all(isinstance(t, Trigger) for t in triggers):
+            raise ConfigurationError(f"agent {name!r}: triggers takes Trigger objects (agentfleet.Trigger)")
+        self.triggers: tuple[Trigger, ...] = tuple(triggers)
         self.delegates: tuple[str, ...] = tuple(delegates)
         if self.delegates:
             from agentfleet.harness.delegate import delegate_tool
@@ -207,6 +214,10 @@ class AgentRegistry:
 
     def __contains__(self, name: object) -> bool:
         return name in self._agents
+
+    def triggered_by(self, event: str) -> list[tuple[Agent, Trigger]]:
+        """The agents a domain event starts, each with its trigger, in name order."""
+        return [(a, t) for a in self.all() for t in a.triggers if t.event == event]
 
     def replaced(self, name: str, model: Model) -> AgentRegistry:
         """A copy in which agent ``name`` (a copy of it) uses ``model``: the CLI's recording and replay."""

@@ -97,6 +97,11 @@ def parse_plain(model: type[M], body: bytes | str | dict[str, Any], *, max_depth
     return _validated(model, _plain_object(body, max_depth, encoding), what)
 
 
+def plain_object(body: bytes | str | dict[str, Any], max_depth: int, encoding: str | None) -> dict[str, Any]:
+    """A JSON object from the wire within the inbox's limits, or GoalRejected saying what is wrong."""
+    return _plain_object(body, max_depth, encoding)
+
+
 def _plain_object(body: bytes | str | dict[str, Any], max_depth: int, encoding: str | None) -> dict[str, Any]:
     try:
         if isinstance(body, bytes | str):

@@ -33,6 +33,7 @@ class EventType(StrEnum):
     RUN_FAILED = "run.failed"
     TOOL_HEALTH_CHANGED = "tool.health_changed"
     DELEGATION_STARTED = "delegation.started"
+    DOMAIN_EVENT = "domain.event"
 
 
 class Envelope(BaseModel):
@@ -111,6 +112,7 @@ class GoalSubmitted(_Payload):
     reply_to: str | None = None
     correlation_id: str | None = None
     parent: ParentCall | None = None  # set for a delegated goal: whose call its Result answers
+    cause: dict[str, Any] | None = None  # set for a triggered goal: the domain event that started it
 
 
 class ToolRequested(_Payload):
@@ -202,6 +204,16 @@ class DelegationStarted(_Payload):
     sibling_call_ids: list[str]
 
 
+class DomainEvent(_Payload):
+    """A domain event (``domain.<name>``): published by a run's tool through its step, or from outside."""
+
+    name: str
+    event_id: str
+    payload: dict[str, Any]
+    source: Literal["run", "external"]
+    step_key: str | None = None  # the step that published it (source "run"; the envelope's run_id is its run)
+
+
 PAYLOADS: dict[EventType, type[BaseModel]] = {
     EventType.GOAL_SUBMITTED: GoalSubmitted,
     EventType.TOOL_REQUESTED: ToolRequested,
@@ -215,4 +227,5 @@ PAYLOADS: dict[EventType, type[BaseModel]] = {
     EventType.RUN_FAILED: RunEnded,
     EventType.TOOL_HEALTH_CHANGED: ToolHealthChanged,
     EventType.DELEGATION_STARTED: DelegationStarted,
+    EventType.DOMAIN_EVENT: DomainEvent,
 }

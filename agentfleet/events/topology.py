@@ -30,6 +30,7 @@ CONSUMERS: dict[EventType, str] = {
     EventType.APPROVAL_REQUESTED: C.OBSERVER,  # announced on <ns>.public; the run may start to wait
     EventType.APPROVAL_RESOLVED: C.OBSERVER,  # announced; the parked call is sent on
     EventType.DELEGATION_STARTED: C.OBSERVER,  # the parent may wait on its children
+    EventType.DOMAIN_EVENT: C.OBSERVER,  # recorded, mirrored on <ns>.public, and the triggers it fires started
 }
 log = logging.getLogger(__name__)
 
@@ -89,7 +90,8 @@ class Topology:
         return Queue(
             C.queue_name(self.namespace, C.INBOX),
             [binding(self.inbox, routing_key=f"{C.GOAL_ROUTING_PREFIX}*"),
-             binding(self.inbox, routing_key=C.APPROVAL_RESOLVE_ROUTING_KEY)],
+             binding(self.inbox, routing_key=C.APPROVAL_RESOLVE_ROUTING_KEY),
+             binding(self.inbox, routing_key=f"{C.DOMAIN_ROUTING_PREFIX}#")],
             durable=True,
             queue_arguments=self._dead_lettered,
         )

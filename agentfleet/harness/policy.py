@@ -29,6 +29,7 @@ from agentfleet.errors import ConfigurationError
 Arguments = Mapping[str, Any]
 RequiresApproval = bool | Callable[[dict[str, Any]], bool]
 _MISSING = object()
+MISSING = _MISSING  # what ``argument`` returns for an argument that is not there
 
 
 class ApprovalRule(BaseModel):

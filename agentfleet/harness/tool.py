@@ -57,6 +57,22 @@ class ToolContext:
     stopped: threading.Event = field(default_factory=threading.Event, repr=False, compare=False)
     # Set by the executor: the content of an artifact this run may read, or None (read_artifact uses it).
     artifact: Callable[[str], bytes | None] | None = field(default=None, repr=False, compare=False)
+    # Domain events this call published (name, payload), sent once its step commits; and those refused.
+    published: list[tuple[str, dict[str, Any]]] = field(default_factory=list, repr=False, compare=False)
+    refused: list[tuple[str, Any, str]] = field(default_factory=list, repr=False, compare=False)
+
+    def publish(self, name: str, payload: dict[str, Any]) -> None:
+        """Publish domain event ``name`` (``domain.<name>``) once this call's step commits: a retried step
+        does not publish twice. A payload that breaks the event's schema is refused: the event is
+        dead-lettered with the reason and this raises INVALID_ARGUMENTS."""
+        from agentfleet.events.domain import problems
+
+        found = problems(name, payload)
+        if found:
+            self.refused.append((name, payload, "; ".join(found)))
+            raise ToolError(f"domain event {name!r} refused: {'; '.join(found)}", code=ErrorCode.INVALID_ARGUMENTS,
+                            hint=f"Publish {name} with a payload matching its schema.")
+        self.published.append((name, dict(payload)))
 
     @property
     def cancelled(self) -> bool:

@@ -69,6 +69,7 @@ class RunRecord:
     unpriced: bool = False
     parent_run_id: str | None = None
     parent: dict[str, Any] | None = None
+    cause: dict[str, Any] | None = None
 
     @classmethod
     def from_row(cls, row: Any) -> RunRecord:
@@ -252,6 +253,7 @@ class Store:
         input: dict[str, Any],
         limits: dict[str, Any],
         parent: dict[str, Any] | None = None,
+        cause: dict[str, Any] | None = None,
     ) -> bool:
         ts = now()
         return self._insert_ignore(
@@ -260,7 +262,7 @@ class Store:
             dict(run_id=run_id, agent=agent, goal_id=goal_id, trace_id=trace_id, state=RunState.PENDING,
                  version=0, iteration=0, input=input, limits=limits, steps_used=0, input_tokens=0,
                  output_tokens=0, cost_usd=0.0, created_at=ts, updated_at=ts,
-                 parent_run_id=parent["run_id"] if parent else None, parent=parent),
+                 parent_run_id=parent["run_id"] if parent else None, parent=parent, cause=cause),
             ["run_id"],
         )
 
@@ -675,3 +677,23 @@ class Store:
         stmt = select(s.call_id).where(s.run_id == run_id, s.iteration == iteration, s.kind == "tool",
                                        s.status == "delegated")
         return {row[0] for row in conn.execute(stmt).all()}
+
+    # ------------------------------------------------------------------ domain events
+
+    def record_domain_event(self, conn: Connection, *, event_id: str, name: str, payload: dict[str, Any],
+                            source: str, run_id: str | None, step_key: str | None, trace_id: str) -> bool:
+        """Keep a domain event once; True when this call recorded it (the first delivery)."""
+        return self._insert_ignore(conn, T.domain_events, {
+            "event_id": event_id, "name": name, "payload": payload, "source": source, "run_id": run_id,
+            "step_key": step_key, "trace_id": trace_id, "recorded_at": now()}, ["event_id"])
+
+    def domain_events(self, *, name: str | None = None, run_id: str | None = None, limit: int = 200
+                      ) -> list[dict[str, Any]]:
+        d = T.domain_events.c
+        stmt = select(T.domain_events).order_by(d.recorded_at).limit(limit)
+        if name is not None:
+            stmt = stmt.where(d.name == name)
+        if run_id is not None:
+            stmt = stmt.where(d.run_id == run_id)
+        with self.engine.connect() as conn:
+            return [dict(r._mapping) for r in conn.execute(stmt).all()]

@@ -51,6 +51,7 @@ runs = Table(
     # A delegated run: the run whose call it answers, and that call (events.envelope.ParentCall).
     Column("parent_run_id", String(64)),
     Column("parent", JSON),
+    Column("cause", JSON),  # a triggered run: the domain event that started it {event, event_id}
     UniqueConstraint("agent", "goal_id", name="uq_runs_agent_goal"),
     Index("ix_runs_parent", "parent_run_id"),
 )
@@ -216,4 +217,19 @@ run_artifacts = Table(
     Column("size", BigInteger, nullable=False),
     Column("created_at", Ts, nullable=False),
     PrimaryKeyConstraint("run_id", "ref", "call_id"),
+)
+
+# Domain events (events/domain.py) as recorded by the observer: what, from where (a run's step, or outside).
+domain_events = Table(
+    "domain_events",
+    metadata,
+    Column("event_id", String(64), primary_key=True),
+    Column("name", String(200), nullable=False),
+    Column("payload", JSON, nullable=False),
+    Column("source", String(16), nullable=False),  # run | external
+    Column("run_id", String(64)),
+    Column("step_key", String(64)),
+    Column("trace_id", String(64), nullable=False),
+    Column("recorded_at", Ts, nullable=False),
+    Index("ix_domain_events_name", "name", "recorded_at"),
 )

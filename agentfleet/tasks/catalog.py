@@ -24,6 +24,7 @@ HANDLERS: dict[EventType, Handler] = {
     EventType.APPROVAL_REQUESTED: observer.on_approval_requested,
     EventType.APPROVAL_RESOLVED: observer.on_approval_resolved,
     EventType.DELEGATION_STARTED: observer.on_delegation_started,
+    EventType.DOMAIN_EVENT: observer.on_domain_event,
 }
 assert set(HANDLERS) == set(CONSUMERS), "every consumed event type has exactly one handler"
 

@@ -15,9 +15,18 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from agentfleet import constants as C
 from agentfleet.constants import DELEGATE_TOOL
 from agentfleet.errors import AgentfleetError, ErrorCode
-from agentfleet.events.envelope import ApprovalRequested, Envelope, EventType, ToolFinished, ToolRequested
+from agentfleet.events.domain import event_id_for
+from agentfleet.events.envelope import (
+    ApprovalRequested,
+    DomainEvent,
+    Envelope,
+    EventType,
+    ToolFinished,
+    ToolRequested,
+)
 from agentfleet.harness.policy import Verdict, evaluate
 from agentfleet.harness.redaction import redact
 from agentfleet.harness.tool import Tool, ToolContext
@@ -47,6 +56,7 @@ def on_tool_requested(step: Step) -> list[Envelope]:
             name=req.call.name, input=cleared.arguments, worker=step.worker,
         )
         ran = False
+        published: list[tuple[str, dict[str, Any]]] = []  # domain events the call published
         if record.status == DELEGATED:  # handed to a child run before: its Result will answer the call
             with store.tx() as conn:
                 return step.commit(conn, [])
@@ -61,11 +71,12 @@ def on_tool_requested(step: Step) -> list[Envelope]:
             result = ToolResult.model_validate(record.output)  # finished before: never run it again
         elif step.carried is not None:
             result = ToolResult.model_validate(step.carried["tool_result"])  # ran before an outage: commit it
+            published = [(n, p) for n, p in step.carried.get("published", [])]
             ran = True
         elif cleared.answer is not None:
             result = cleared.answer
         else:
-            result, ran = _attempt(step, req, record.attempts, cleared.arguments)
+            result, ran, published = _attempt(step, req, record.attempts, cleared.arguments)
             if cleared.approval is not None:
                 result = result.model_copy(update={"approval": cleared.approval})
         finished = ToolFinished(
@@ -74,6 +85,12 @@ def on_tool_requested(step: Step) -> list[Envelope]:
         )
         event_type = EventType.TOOL_COMPLETED if result.ok else EventType.TOOL_FAILED
         event = step.event(event_type, finished, key=(req.iteration, req.call.id, "finished"))
+        # Sent with the step's outcome, after it commits, with ids derived from the step: once, however often
+        # the step is retried. A call that failed publishes nothing (its events go with it, as a rollback).
+        domain = [step.event(EventType.DOMAIN_EVENT, DomainEvent(
+            name=name, event_id=event_id_for(key, i), payload=payload, source="run", step_key=key),
+            key=(req.iteration, req.call.id, "domain", i)) for i, (name, payload) in enumerate(published)
+            if result.ok]
         try:
             with store.tx() as conn:
                 if result.artifacts:
@@ -81,10 +98,11 @@ def on_tool_requested(step: Step) -> list[Envelope]:
                                          refs=result.artifacts, payloads=result.payloads())
                 store.finish_step(conn, key, status="succeeded" if result.ok else "failed",
                                   output=result.model_dump(mode="json"), duration_ms=result.duration_ms)
-                events = step.commit(conn, [event])
+                events = step.commit(conn, [event, *domain])
         except Exception as exc:
             if record.status == "started" and outcome_at_risk(exc):
-                raise CommitPending({"tool_result": result.model_dump(mode="json")}, exc) from exc
+                raise CommitPending({"tool_result": result.model_dump(mode="json"), "published": published},
+                                    exc) from exc
             raise
         if record.status == "started":  # told once per call: when its result is first committed
             step.rt.hooks.after_tool(_call_info(step, req, record.attempts, ran), result)
@@ -194,15 +212,17 @@ def _call_info(step: Step, req: ToolRequested, attempt: int, ran: bool) -> ToolC
                         call_id=req.call.id, attempt=attempt, ran=ran, requested=req.call.name)
 
 
-def _attempt(step: Step, req: ToolRequested, attempt: int, arguments: dict[str, Any]) -> tuple[ToolResult, bool]:
-    """The call's result, and whether the tool was handed to the runner for it."""
+def _attempt(step: Step, req: ToolRequested, attempt: int, arguments: dict[str, Any]
+             ) -> tuple[ToolResult, bool, list[tuple[str, dict[str, Any]]]]:
+    """The call's result, whether the tool was handed to the runner for it, and the domain events it published
+    (those it tried to publish against their schema are dead-lettered here, with the reason)."""
     settings = step.rt.settings
     agent = step.rt.agent(req.agent)
     tool = agent.tools.get(req.call.name) if agent else None
     if tool is None:
         offered = sorted(agent.tools) if agent else []
         return ToolResult.failure(ErrorCode.UNKNOWN_TOOL, f"no tool named {req.call.name!r}",
-                                  f"Use one of: {', '.join(offered) or '(none)'}."), False
+                                  f"Use one of: {', '.join(offered) or '(none)'}."), False, []
     if attempt > settings.max_step_attempts:
         step.rt.publisher.dead_letter_event(step.env, reason=f"{tool.name} crashed its worker {attempt - 1} times",
                                             error_code=ErrorCode.POISON_MESSAGE)
@@ -210,14 +230,14 @@ def _attempt(step: Step, req: ToolRequested, attempt: int, arguments: dict[str, 
             ErrorCode.POISON_MESSAGE,
             f"{tool.name} crashed its worker {attempt - 1} times; not trying again",
             "Treat this tool as unavailable for this goal.",
-        ), False
+        ), False, []
     if attempt > 1 and not tool.idempotent:
         log.warning("earlier attempt died mid-call; outcome unknown", extra={"tool": tool.name, "attempt": attempt})
         return ToolResult.failure(
             ErrorCode.UNKNOWN_OUTCOME,
             f"an earlier attempt of {tool.name} died mid-call; it may or may not have taken effect",
             "Check the outside system's state (the idempotency key is stable) before calling again.",
-        ), False
+        ), False, []
     run_id, stops, store = step.env.run_id, step.rt.stops, step.rt.store
     ctx = ToolContext(run_id=run_id, call_id=req.call.id, idempotency_key=req.idempotency_key,
                       workspace=settings.workspace, attempt=attempt,
@@ -225,4 +245,9 @@ def _attempt(step: Step, req: ToolRequested, attempt: int, arguments: dict[str, 
                       heartbeat_sink=lambda details: stops.heartbeat(req.idempotency_key, details),
                       artifact=lambda ref: store.artifact_of_run(run_id, ref))
     step.rt.hooks.before_tool(_call_info(step, req, attempt, True))
-    return step.rt.dispatch.call(tool, arguments, ctx), True
+    result = step.rt.dispatch.call(tool, arguments, ctx)
+    for name, payload, why in ctx.refused:
+        step.rt.publisher.dead_letter({"name": name, "payload": payload}, reason=f"domain event {name} refused: {why}",
+                                      error_code=ErrorCode.INVALID_ARGUMENTS, source=f"tool:{tool.name}",
+                                      original_routing_key=f"{C.DOMAIN_ROUTING_PREFIX}{name}")
+    return result, True, list(ctx.published)

@@ -13,14 +13,18 @@ from collections.abc import Iterable
 
 from sqlalchemy import Connection
 
+from agentfleet import constants as C
 from agentfleet.errors import RECOVERY_SUGGESTIONS, ErrorCode, MalformedEvent
 from agentfleet.events.contracts import Result, ResultStatus, ToolHealthNotice
+from agentfleet.events.domain import trigger_goal_id
 from agentfleet.events.envelope import (
     ApprovalRequested,
     ApprovalResolved,
     DelegationStarted,
+    DomainEvent,
     Envelope,
     EventType,
+    GoalSubmitted,
     Observation,
     ObservationRecorded,
     RunCancelRequested,
@@ -29,7 +33,8 @@ from agentfleet.events.envelope import (
     ToolHealthChanged,
     ToolRequested,
 )
-from agentfleet.loop.decisions import fan_in_complete, waits_on_people
+from agentfleet.loop.decisions import fan_in_complete, schema_errors, waits_on_people
+from agentfleet.loop.keys import derived_event_id, run_id_for
 from agentfleet.loop.states import RunState, is_terminal
 from agentfleet.loop.transcript import ToolResult
 from agentfleet.store.repository import RunRecord
@@ -211,3 +216,50 @@ def on_tool_health_changed(step: Step) -> list[Envelope]:
         store.record_health_change(conn, event_id=step.env.event_id, tool=change.tool, kind=change.kind,
                                    status=change.status, detail=change.detail, by=change.by, occurred_at=change.at)
         return step.commit(conn, [])
+
+
+def on_domain_event(step: Step) -> list[Envelope]:
+    """Record a domain event once, mirror it on the public exchange, and start the runs its triggers name:
+    one per (event id, agent), however often the event arrives. A trigger whose input breaks its agent's
+    goal schema starts nothing: the goal is dead-lettered with INPUT_INVALID, never shown to a model."""
+    event = step.env.body()
+    assert isinstance(event, DomainEvent)
+    store, publisher = step.rt.store, step.rt.publisher
+    with store.tx() as conn:
+        first = store.record_domain_event(
+            conn, event_id=event.event_id, name=event.name, payload=event.payload, source=event.source,
+            run_id=step.env.run_id if event.source == "run" else None, step_key=event.step_key,
+            trace_id=step.env.trace_id)
+        goals = triggered_goals(step, event) if first else []
+        events = step.commit(conn, goals)
+    if first:  # after the commit; a redelivery before it mirrors again (at least once, like every notice)
+        publisher.publish_json(publisher.topology.public, f"{C.DOMAIN_ROUTING_PREFIX}{event.name}", {
+            "type": f"{C.DOMAIN_ROUTING_PREFIX}{event.name}", "event_id": event.event_id, "payload": event.payload,
+            "source": event.source, "run_id": step.env.run_id if event.source == "run" else None,
+            "trace_id": step.env.trace_id}, declare=[publisher.topology.public])
+    return events
+
+
+def triggered_goals(step: Step, event: DomainEvent) -> list[Envelope]:
+    goals = []
+    for agent, trigger in step.rt.agents.triggered_by(event.name):
+        goal_id = trigger_goal_id(event.event_id, agent.name)
+        try:
+            made = trigger.goal_input(event.payload)
+            found = schema_errors(agent.goal_schema, made)
+        except Exception as exc:  # a trigger function that raises: its goal cannot be made
+            made, found = {}, [f"the trigger's input function raised {type(exc).__name__}: {exc}"]
+        if found:
+            step.rt.publisher.dead_letter(
+                {"agent": agent.name, "goal_id": goal_id, "input": made},
+                reason=f"trigger {event.name} → {agent.name}: input breaks its goal schema: {'; '.join(found)}",
+                error_code=ErrorCode.INPUT_INVALID, source=f"trigger:{event.name}",
+                original_routing_key=f"{C.GOAL_ROUTING_PREFIX}{agent.name}")
+            continue
+        cause = {"event": event.name, "event_id": event.event_id, "source": event.source,
+                 "run_id": step.env.run_id if event.source == "run" else None}
+        payload = GoalSubmitted(agent=agent.name, goal_id=goal_id, input=made, cause=cause)
+        goals.append(Envelope.new(EventType.GOAL_SUBMITTED, run_id_for(agent.name, goal_id), payload,
+                                  trace_id=step.env.trace_id, causation_id=step.env.event_id,
+                                  event_id=derived_event_id(event.event_id, "trigger", agent.name)))
+    return goals

@@ -56,7 +56,7 @@ def on_goal_submitted(step: Step) -> list[Envelope]:
         store.create_run(
             conn, run_id=step.env.run_id, agent=goal.agent, goal_id=goal.goal_id, trace_id=step.env.trace_id,
             input=goal.input, limits=limits.model_dump(),
-            parent=goal.parent.model_dump(mode="json") if goal.parent else None,
+            parent=goal.parent.model_dump(mode="json") if goal.parent else None, cause=goal.cause,
         )
         run = store.get_run(step.env.run_id, conn, lock=True)
         assert run is not None

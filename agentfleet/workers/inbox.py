@@ -8,16 +8,21 @@ the message is still unacked and comes back.
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import uuid
 from typing import Any
 
 from kombu import Message
 from kombu.exceptions import OperationalError as BrokerUnreachable
 
-from agentfleet.constants import APPROVAL_RESOLVE_ROUTING_KEY, GOAL_ROUTING_PREFIX
+from agentfleet.constants import APPROVAL_RESOLVE_ROUTING_KEY, DOMAIN_ROUTING_PREFIX, GOAL_ROUTING_PREFIX
 from agentfleet.errors import AgentfleetError, ApprovalRefused, ErrorCode, GoalRejected
-from agentfleet.events.contracts import ApprovalAnswer, ApprovalResolve, Result, parse_plain
+from agentfleet.events.contracts import ApprovalAnswer, ApprovalResolve, Result, parse_plain, plain_object
+from agentfleet.events.domain import event_id_for, problems
+from agentfleet.events.envelope import FLEET_RUN_ID, DomainEvent, Envelope, EventType
 from agentfleet.events.wire import loads_strict
+from agentfleet.loop.keys import derived_event_id
 from agentfleet.tasks.admission import admit, goal_event
 from agentfleet.tasks.approvals import resolve
 from agentfleet.tasks.runtime import Runtime
@@ -42,7 +47,8 @@ class Inbox:
     def on_unroutable(self, message: Message) -> None:
         self._settle(message, GoalRejected(
             f"routing key {_routing_key(message)!r} matches no inbox binding (goals use "
-            f"{GOAL_ROUTING_PREFIX}<agent>; answers to approvals use {APPROVAL_RESOLVE_ROUTING_KEY})",
+            f"{GOAL_ROUTING_PREFIX}<agent>; answers to approvals use {APPROVAL_RESOLVE_ROUTING_KEY}; domain "
+            f"events use {DOMAIN_ROUTING_PREFIX}<name>)",
             code=ErrorCode.UNROUTABLE))
 
     def _settle(self, message: Message, rejection: GoalRejected | None = None) -> None:
@@ -80,10 +86,30 @@ class Inbox:
         if _routing_key(message) == APPROVAL_RESOLVE_ROUTING_KEY:
             self._answer(message, body, reply_to, correlation_id)
             return
+        if _routing_key(message).startswith(DOMAIN_ROUTING_PREFIX):
+            self._domain_event(message, body)
+            return
         goal = admit(self.rt.agents, body, _routing_key(message), max_depth=settings.max_json_depth,
                      encoding=message.content_encoding)
         # A goal_id reused with another input is refused by the planner, which reads the run anyway.
         self.rt.publisher.publish([goal_event(goal, reply_to=reply_to, correlation_id=correlation_id)])
+
+    def _domain_event(self, message: Message, body: bytes) -> None:
+        """A domain event from outside: plain JSON (its payload) under ``domain.<name>``. Its id is the
+        message's ``message_id``, or derived from its body, so a message delivered twice is one event."""
+        settings = self.rt.settings
+        name = _routing_key(message)[len(DOMAIN_ROUTING_PREFIX):]
+        payload = plain_object(body, settings.max_json_depth, message.content_encoding)
+        found = problems(name, payload)
+        if found:
+            raise GoalRejected(f"domain event {name!r} refused: {'; '.join(found)}", code=ErrorCode.INPUT_INVALID)
+        message_id = (message.properties or {}).get("message_id")
+        event_id = (event_id_for("external", name, message_id) if isinstance(message_id, str) and message_id
+                    else event_id_for("external", name, hashlib.sha256(body).hexdigest()))
+        envelope = Envelope.new(EventType.DOMAIN_EVENT, FLEET_RUN_ID, DomainEvent(
+            name=name, event_id=event_id, payload=payload, source="external"), trace_id=uuid.uuid4().hex,
+            event_id=derived_event_id(event_id, "external"))
+        self.rt.publisher.publish([envelope])
 
     def _answer(self, message: Message, body: bytes, reply_to: str | None, correlation_id: str | None) -> None:
         """An answer to an approval request. Who answered: the ``user_id`` property (the broker checks it

@@ -10,6 +10,8 @@ PINNED = [
     # Tools in any language, sandboxed, and plugins (issue 12).
     "Plugin", "ResourceLimits", "Sandbox", "ToolCancelled", "load_tool_folder", "load_tool_manifest",
     "subprocess_tool",
+    # Agents working together (issue 10).
+    "Trigger", "domain_event",
 ]
 
 

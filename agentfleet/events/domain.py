@@ -1,0 +1,100 @@
+"""Domain events: facts agents and outside systems publish (``domain.<name>``), and the triggers they fire.
+
+Agents collaborate by publishing and reacting, never by calling each other. A name
+may have a JSON Schema (``domain_event``); an event that breaks it is refused. A
+``Trigger`` starts an agent from an event: its input is built from the event's
+payload by JSON Pointers (or a function), and each (event id, agent) starts one run,
+however often the event is delivered. Pure: the observer records, mirrors and starts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import jsonschema
+
+from agentfleet.errors import ConfigurationError
+from agentfleet.harness.policy import MISSING, argument
+
+NAME = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z0-9_]+)*$")
+
+_schemas: dict[str, dict[str, Any]] = {}
+_lock = threading.Lock()
+
+
+def domain_event(name: str, schema: dict[str, Any]) -> str:
+    """Register the JSON Schema every ``name`` event must satisfy (from tools and from outside alike)."""
+    _check_name(name)
+    try:
+        jsonschema.Draft202012Validator.check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        raise ConfigurationError(f"domain event {name!r}: its schema is not a valid JSON Schema: {exc.message}"
+                                 ) from None
+    with _lock:
+        if _schemas.get(name, schema) != schema:
+            raise ConfigurationError(f"domain event {name!r} is declared twice, differently")
+        _schemas[name] = schema
+    return name
+
+
+def problems(name: str, payload: Any) -> list[str]:
+    """Why an event may not be published: a bad name, a payload that is not an object or breaks its schema."""
+    if not isinstance(name, str) or not NAME.match(name):
+        return [f"{name!r} is not an event name (lower-case words separated by dots, e.g. ticket.triaged)"]
+    if not isinstance(payload, dict):
+        return ["the payload is not a JSON object"]
+    schema = _schemas.get(name)
+    if schema is None:
+        return []
+    found = sorted(jsonschema.Draft202012Validator(schema).iter_errors(payload), key=lambda e: list(e.path))
+    return [f"{'/'.join(map(str, e.absolute_path)) or '(root)'}: {e.message}" for e in found[:5]]
+
+
+def event_id_for(*parts: object) -> str:
+    """A domain event's id derived from what caused it (a run's step, or an outside message's body)."""
+    return hashlib.sha256("/".join(map(str, parts)).encode()).hexdigest()[:32]
+
+
+@dataclass(frozen=True)
+class Trigger:
+    """Start the agent on each ``event``: ``input`` maps goal fields to JSON Pointers into the payload
+    (``{"ticket": "/ticket"}``), or is a function of the payload returning the goal input."""
+
+    event: str
+    input: Mapping[str, str] | Callable[[dict[str, Any]], dict[str, Any]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        _check_name(self.event)
+        if not callable(self.input):
+            for goal_field, pointer in self.input.items():
+                if not isinstance(pointer, str) or not (pointer == "" or pointer.startswith("/")):
+                    raise ConfigurationError(f"trigger on {self.event!r}: {goal_field!r} maps to {pointer!r}, "
+                                             "which is not a JSON Pointer ('/field/sub')")
+
+    def goal_input(self, payload: dict[str, Any]) -> dict[str, Any]:
+        """The goal input for this payload (fields whose pointer finds nothing are left out)."""
+        if callable(self.input):
+            made = self.input(dict(payload))
+            return made if isinstance(made, dict) else {"value": made}
+        out: dict[str, Any] = {}
+        for goal_field, pointer in self.input.items():
+            value = payload if pointer == "" else argument(payload, pointer)
+            if value is not MISSING:
+                out[goal_field] = value
+        return out
+
+
+def trigger_goal_id(event_id: str, agent: str) -> str:
+    """One run per (event id, agent): the goal id a trigger's run gets."""
+    return f"trigger/{event_id}/{agent}"
+
+
+def _check_name(name: str) -> None:
+    if not isinstance(name, str) or not NAME.match(name):
+        raise ConfigurationError(f"{name!r} is not an event name (lower-case words separated by dots, "
+                                 "e.g. ticket.triaged)")

@@ -1,0 +1,60 @@
+"""Domain events on the embedded fleet: published by a tool after its step commits, recorded, and the runs
+their triggers start (one per event and agent)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from agentfleet.events.domain import trigger_goal_id
+from agentfleet.events.envelope import Envelope
+from agentfleet.loop.keys import run_id_for
+from agentfleet.loop.states import RunState
+from agentfleet.workers.embedded import EmbeddedFleet
+from tests.helpers import embedded_fleet, eventually, wait_for_run
+
+
+@pytest.fixture
+def fleet(tmp_path: Path) -> Iterator[EmbeddedFleet]:
+    with embedded_fleet(tmp_path, "tests.fixtures.agents") as running:
+        yield running
+
+
+def test_a_tools_event_starts_the_agent_its_trigger_names_with_the_mapped_input(fleet: EmbeddedFleet) -> None:
+    run = wait_for_run(fleet.store, fleet.submit({"agent": "triager",
+                                                  "input": {"ticket": "T-1", "priority": "high"}}))
+    assert run.state == RunState.SUCCEEDED, run.result
+    [recorded] = eventually(lambda: fleet.store.domain_events(run_id=run.run_id), timeout=10)
+    assert (recorded["name"], recorded["payload"], recorded["source"]) == (
+        "ticket.triaged", {"ticket": "T-1", "priority": "high"}, "run")
+    started = run_id_for("on_triage", trigger_goal_id(recorded["event_id"], "on_triage"))
+    triggered = wait_for_run(fleet.store, eventually(lambda: fleet.store.get_run(started) and started, timeout=10))
+    assert triggered.state == RunState.SUCCEEDED and triggered.input == {"ticket": "T-1", "priority": "high"}
+    assert triggered.cause == {"event": "ticket.triaged", "event_id": recorded["event_id"], "source": "run",
+                               "run_id": run.run_id}
+    assert triggered.trace_id == run.trace_id  # one trace across agents
+    # A trigger whose mapped input breaks its agent's goal schema starts nothing (dead-lettered instead).
+    assert fleet.store.get_run(run_id_for("strict_on_triage",
+                                          trigger_goal_id(recorded["event_id"], "strict_on_triage"))) is None
+
+
+def test_an_event_delivered_again_starts_no_second_run(fleet: EmbeddedFleet) -> None:
+    run = wait_for_run(fleet.store, fleet.submit({"agent": "triager", "input": {"ticket": "T-2", "priority": "low"}}))
+    [sent] = eventually(lambda: [e for e in fleet.store.stored_events(run.run_id) if e["type"] == "domain.event"],
+                        timeout=10)
+    fleet.runtime.publisher.publish([Envelope.model_validate({**sent, "event_id": "another-copy"})])
+    time.sleep(1.0)
+    runs = [r for r in fleet.store.list_runs(agent="on_triage")
+            if r.input == {"ticket": "T-2", "priority": "low"}]
+    assert len(runs) == 1
+
+
+def test_an_event_breaking_its_schema_is_refused_and_the_tool_gets_invalid_arguments(fleet: EmbeddedFleet) -> None:
+    run = wait_for_run(fleet.store, fleet.submit({"agent": "triager",
+                                                  "input": {"ticket": "T-3", "priority": "urgent"}}))
+    seen = run.result["output"]["seen"]  # type: ignore[index]
+    assert seen[0]["error_code"] == "INVALID_ARGUMENTS" and "priority" in seen[0]["message"]
+    assert fleet.store.domain_events(run_id=run.run_id) == []
