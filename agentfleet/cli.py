@@ -168,9 +168,39 @@ def _run_embedded(agent: str, body: dict[str, Any], swap: Callable[[Model], Mode
         if result is None:
             _still_running(run_id, timeout, as_json)
         assert result is not None
+        _settle_trace(fleet.store, run_id, timeout, quiet=as_json)
         if show_result:
             _print_result(result, as_json)  # before the fleet's warm shutdown, which takes a few seconds
     return result
+
+
+def _settle_trace(store: Any, run_id: str, timeout: float, *, quiet: bool) -> None:
+    """Embedded, the fleet ends with this command: let the runs this goal started (delegated, triggered by
+    its events) finish first, and show them. Settled when every run of the trace has ended twice running."""
+    import time
+
+    from agentfleet.loop.states import is_terminal
+    from agentfleet.workers.trace import trace_lines, trace_of
+
+    run = store.get_run(run_id)
+    if run is None or (len(store.runs_in_trace(run.trace_id)) < 2 and not store.domain_events(run_id=run_id)):
+        return  # it started nothing: nothing to wait for
+    deadline, settled, last = time.monotonic() + timeout, 0, None
+    while settled < 2 and time.monotonic() < deadline:
+        runs = store.runs_in_trace(run.trace_id)
+        now_seen = [(r.run_id, r.state) for r in runs]
+        settled = settled + 1 if now_seen == last and all(is_terminal(r.state) for r in runs) else 0
+        last = now_seen
+        time.sleep(0.25)
+    found = trace_of(store, run_id)
+    if quiet or found is None or len(store.runs_in_trace(run.trace_id)) < 2:
+        return
+    lines = trace_lines(found)
+    start = next((i for i, line in enumerate(lines) if line.startswith("runs of trace")), None)
+    for line in lines[start:] if start is not None else []:
+        if line.startswith("end:"):
+            break
+        out.print(line, soft_wrap=True, markup=False, highlight=False)
 
 
 @app.command()

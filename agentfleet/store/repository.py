@@ -660,6 +660,13 @@ class Store:
         with self.engine.connect() as own:
             return [RunRecord.from_row(r) for r in own.execute(stmt).all()]
 
+    def runs_in_trace(self, trace_id: str, limit: int = 1000) -> list[RunRecord]:
+        """Every run sharing a trace id (a goal, the runs it delegated to and those its events triggered)."""
+        stmt = (select(T.runs).where(T.runs.c.trace_id == trace_id)
+                .order_by(T.runs.c.created_at, T.runs.c.run_id).limit(limit))
+        with self.engine.connect() as conn:
+            return [RunRecord.from_row(r) for r in conn.execute(stmt).all()]
+
     def add_spend(self, conn: Connection, run_id: str, *, steps: int, input_tokens: int, output_tokens: int,
                   cost_usd: float, cached_input_tokens: int = 0, unpriced: bool = False) -> None:
         """Count a finished child's spend in its parent's (one budget per tree); no state change."""

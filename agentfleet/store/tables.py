@@ -54,6 +54,7 @@ runs = Table(
     Column("cause", JSON),  # a triggered run: the domain event that started it {event, event_id}
     UniqueConstraint("agent", "goal_id", name="uq_runs_agent_goal"),
     Index("ix_runs_parent", "parent_run_id"),
+    Index("ix_runs_trace", "trace_id"),
 )
 
 # One row per step attempt-set: intent (status started) before side effects, outcome after.

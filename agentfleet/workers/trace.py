@@ -47,7 +47,8 @@ def _tool_call(step: dict[str, Any], schema: dict[str, Any] | None) -> dict[str,
             "tool": step.get("name"), "arguments": redact(arguments or {}, schema), "status": step["status"],
             "ok": result.get("ok"), "error_code": result.get("error_code"), "message": result.get("message"),
             "cache_hit": bool(result.get("cache_hit")), "approval": result.get("approval"),
-            "duration_ms": step.get("duration_ms"), "worker": step.get("worker"), "attempts": step.get("attempts")}
+            "child_run_id": result.get("child_run_id"), "duration_ms": step.get("duration_ms"),
+            "worker": step.get("worker"), "attempts": step.get("attempts")}
 
 
 def trace_of(store: Store, run_id: str, agents: AgentRegistry | None = None) -> dict[str, Any] | None:
@@ -71,7 +72,30 @@ def trace_of(store: Store, run_id: str, agents: AgentRegistry | None = None) -> 
     return redact({"run_id": run.run_id, "agent": run.agent, "goal_id": run.goal_id, "trace_id": run.trace_id,
                    "state": run.state.value, "created_at": _iso(run.created_at), "updated_at": _iso(run.updated_at),
                    "usage": _usage(run), "iterations": [iterations[i] for i in sorted(iterations)],
-                   "transitions": transitions, "end": _end(run)})
+                   "transitions": transitions, "end": _end(run), "tree": tree_of(store, run.trace_id)})
+
+
+def tree_of(store: Store, trace_id: str) -> list[dict[str, Any]]:
+    """Every run of a trace (one goal's whole collaboration), as a forest: delegated runs under the run whose
+    call they answer, triggered runs under the run whose event started them, each with what started it."""
+    runs = store.runs_in_trace(trace_id)
+    ids = {r.run_id for r in runs}
+
+    def started_by(r: RunRecord) -> tuple[str | None, str]:
+        if r.parent:
+            return r.parent_run_id, f"delegate call {r.parent.get('call_id')}"
+        if r.cause:
+            origin = r.cause.get("run_id")
+            return origin, f"event {r.cause.get('event')} ({r.cause.get('source')})"
+        return None, "goal"
+
+    nodes = {r.run_id: {"run_id": r.run_id, "agent": r.agent, "state": r.state.value, "usage": _usage(r),
+                        "error_code": r.error_code, "started_by": started_by(r)[1], "children": []} for r in runs}
+    roots = []
+    for r in runs:
+        above, _ = started_by(r)
+        (nodes[above]["children"] if above in ids else roots).append(nodes[r.run_id])
+    return roots
 
 
 def _usage(run: RunRecord) -> dict[str, Any]:
@@ -110,6 +134,8 @@ def trace_lines(trace: dict[str, Any]) -> list[str]:
             args = json.dumps(call["arguments"], default=str, separators=(",", ":"))
             if call["status"] == "started":
                 outcome = "running (or its worker died mid-call)"
+            elif call["status"] == "delegated":
+                outcome = f"handed to run {call['child_run_id']} (answered when it ends)"
             elif call["ok"]:
                 outcome = "ok" + (" (cache hit)" if call["cache_hit"] else "")
             else:
@@ -123,9 +149,23 @@ def trace_lines(trace: dict[str, Any]) -> list[str]:
             cause = f" on {t['event']}" if t["event"] else " (sweeper or CLI)"
             reason = f" reason {t['reason']}" if t["reason"] else ""
             lines.append(f"  {t['at']}  {t['from']} → {t['to']}{cause}{reason}  [{t['worker']}]")
+    if len(trace.get("tree") or []) > 1 or any(n["children"] for n in trace.get("tree") or []):
+        lines.append(f"runs of trace {trace['trace_id']}")
+        lines += _tree_lines(trace["tree"], "  ")
     end = trace["end"]
     if end:
         lines.append(f"end: {end['status']}" + (f" {end['error_code']}: {end['message']}" if end["error_code"] else ""))
         if end.get("recovery_suggestion"):
             lines.append(f"  what to do: {end['recovery_suggestion']}")
     return lines
+
+
+def _tree_lines(nodes: list[dict[str, Any]], indent: str) -> list[str]:
+    out = []
+    for n in nodes:
+        u = n["usage"]
+        code = f" {n['error_code']}" if n["error_code"] else ""
+        out.append(f"{indent}{n['agent']} {n['run_id']} {n['state']}{code}  {u['steps']} turns, "
+                   f"{u['input_tokens'] + u['output_tokens']} tokens, ${u['cost_usd']:.6f}  ← {n['started_by']}")
+        out += _tree_lines(n["children"], indent + "  ")
+    return out

@@ -27,8 +27,8 @@ def test_delegations_and_a_plain_call_fan_in_on_the_fleet(workers: WorkerProcs, 
     oks = sorted(s["ok"] for s in result["output"]["seen"])
     assert oks == [False, True, True]  # the failed child is a structured error the parent's model saw
     children = store.children(run_id)
-    assert sorted((c.agent, c.state) for c in children) == [("kb_search", RunState.FAILED),
-                                                            ("kb_search", RunState.SUCCEEDED)]
+    assert sorted((c.agent, c.state) for c in children) == [("lookup", RunState.FAILED),
+                                                            ("lookup", RunState.SUCCEEDED)]
     root = store.get_run(run_id)
     assert root is not None and root.steps_used == 2 + sum(c.steps_used for c in children)
 

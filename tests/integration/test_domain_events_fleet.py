@@ -32,17 +32,17 @@ def test_an_outside_event_sent_twice_triggers_one_run_and_is_mirrored_plainly(wo
     public = client.subscribe_public(namespace, "domain.#")
     payload = {"ticket": "EXT-7", "priority": "high"}
     for _ in range(2):
-        publish_event(client, namespace, "ticket.triaged", payload, message_id="crm-event-7")
-    event_id = event_id_for("external", "ticket.triaged", "crm-event-7")
+        publish_event(client, namespace, "case.triaged", payload, message_id="crm-event-7")
+    event_id = event_id_for("external", "case.triaged", "crm-event-7")
     run_id = run_id_for("on_triage", trigger_goal_id(event_id, "on_triage"))
     run = eventually(lambda: (r := store.get_run(run_id)) and r.state == RunState.SUCCEEDED and r, timeout=60)
     assert run.input == payload and run.cause["source"] == "external"
     [(_props, body)] = client.drain(public, 1, timeout=20)  # bound to domain.#: it came as domain.<name>
     mirrored = json.loads(body)
-    assert mirrored["type"] == "domain.ticket.triaged" and mirrored["payload"] == payload
+    assert mirrored["type"] == "domain.case.triaged" and mirrored["payload"] == payload
     assert mirrored["event_id"] == event_id and mirrored["source"] == "external"
     time.sleep(1.0)
-    assert len([e for e in store.domain_events(name="ticket.triaged") if e["event_id"] == event_id]) == 1
+    assert len([e for e in store.domain_events(name="case.triaged") if e["event_id"] == event_id]) == 1
     assert [r for r in store.list_runs(agent="on_triage", limit=500) if r.input == payload] == [run]
 
 
@@ -50,7 +50,7 @@ def test_an_outside_event_breaking_its_schema_is_dead_lettered_with_the_reason(w
                                                                                namespace: str) -> None:
     start_fleet(workers)
     client = AmqpClient()
-    publish_event(client, namespace, "ticket.triaged", {"ticket": "EXT-8", "priority": "whenever"}, "crm-8")
+    publish_event(client, namespace, "case.triaged", {"ticket": "EXT-8", "priority": "whenever"}, "crm-8")
     letters = eventually(lambda: dlq(workers, "list"), timeout=30)
     assert letters[0]["error_code"] == "INPUT_INVALID" and "priority" in letters[0]["reason"]
-    assert letters[0]["original_routing_key"] == "domain.ticket.triaged"
+    assert letters[0]["original_routing_key"] == "domain.case.triaged"

@@ -38,7 +38,7 @@ def test_two_delegations_and_a_plain_call_fan_in_and_the_child_results_are_the_t
     answers = sorted(s["output"]["output"]["seen"][0] for s in seen if "run_id" in s["output"])
     assert answers == ["kb:alpha", "kb:beta"]
     children = fleet.store.children(run.run_id)
-    assert sorted(c.agent for c in children) == ["kb_search", "kb_search"]
+    assert sorted(c.agent for c in children) == ["lookup", "lookup"]
     assert all(c.trace_id == run.trace_id and c.parent["run_id"] == run.run_id for c in children)  # type: ignore[index]
     assert all(c.input in ({"q": "alpha"}, {"q": "beta"}) for c in children)  # the child sees only its input
     # The tree's spend is counted in the root: its own turns and its children's.
@@ -63,7 +63,7 @@ def test_a_delegation_sent_twice_starts_one_child(fleet: EmbeddedFleet) -> None:
     again = Envelope.model_validate({**request, "event_id": "a-second-copy-of-the-request"})
     fleet.runtime.publisher.publish([again])
     time.sleep(1.0)
-    assert [c.agent for c in fleet.store.children(run.run_id)] == ["kb_search"]
+    assert [c.agent for c in fleet.store.children(run.run_id)] == ["lookup"]
 
 
 def test_a_budget_exhausted_in_a_grandchild_stops_the_whole_tree_with_token_budget(fleet: EmbeddedFleet) -> None:

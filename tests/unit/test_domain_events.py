@@ -29,11 +29,11 @@ def test_a_tools_event_starts_the_agent_its_trigger_names_with_the_mapped_input(
     assert run.state == RunState.SUCCEEDED, run.result
     [recorded] = eventually(lambda: fleet.store.domain_events(run_id=run.run_id), timeout=10)
     assert (recorded["name"], recorded["payload"], recorded["source"]) == (
-        "ticket.triaged", {"ticket": "T-1", "priority": "high"}, "run")
+        "case.triaged", {"ticket": "T-1", "priority": "high"}, "run")
     started = run_id_for("on_triage", trigger_goal_id(recorded["event_id"], "on_triage"))
     triggered = wait_for_run(fleet.store, eventually(lambda: fleet.store.get_run(started) and started, timeout=10))
     assert triggered.state == RunState.SUCCEEDED and triggered.input == {"ticket": "T-1", "priority": "high"}
-    assert triggered.cause == {"event": "ticket.triaged", "event_id": recorded["event_id"], "source": "run",
+    assert triggered.cause == {"event": "case.triaged", "event_id": recorded["event_id"], "source": "run",
                                "run_id": run.run_id}
     assert triggered.trace_id == run.trace_id  # one trace across agents
     # A trigger whose mapped input breaks its agent's goal schema starts nothing (dead-lettered instead).

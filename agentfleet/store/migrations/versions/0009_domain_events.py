@@ -1,4 +1,4 @@
-"""Domain events as they were recorded (name, id, payload, cause), and what started a triggered run.
+"""Domain events as they were recorded (name, id, payload, cause), what started a triggered run, and runs by trace.
 
 Revision ID: 0009
 Revises: 0008
@@ -29,10 +29,12 @@ def upgrade() -> None:
     op.create_index("ix_domain_events_name", "domain_events", ["name", "recorded_at"])
     with op.batch_alter_table("runs") as batch:
         batch.add_column(sa.Column("cause", sa.JSON))
+        batch.create_index("ix_runs_trace", ["trace_id"])
 
 
 def downgrade() -> None:
     with op.batch_alter_table("runs") as batch:
+        batch.drop_index("ix_runs_trace")
         batch.drop_column("cause")
     op.drop_index("ix_domain_events_name", "domain_events")
     op.drop_table("domain_events")

@@ -1,0 +1,33 @@
+"""The support example end to end on the embedded fleet: an event triggers an agent that delegates in parallel."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from agentfleet.events.domain import trigger_goal_id
+from agentfleet.loop.keys import run_id_for
+from agentfleet.loop.states import RunState
+from agentfleet.workers.trace import trace_lines, trace_of
+from tests.helpers import embedded_fleet, eventually, wait_for_run
+
+
+def test_triage_publishes_resolver_starts_and_delegates_two_lookups_in_one_trace(tmp_path: Path) -> None:
+    with embedded_fleet(tmp_path, "agentfleet.examples.support") as fleet:
+        triaged = wait_for_run(fleet.store, fleet.submit({"agent": "triage", "input": {
+            "ticket_id": "T-100", "text": "I was charged twice for my invoice"}}))
+        assert triaged.state == RunState.SUCCEEDED
+        assert triaged.result["output"] == {"ticket_id": "T-100", "topic": "billing", "priority": "high"}  # type: ignore[index]
+        [event] = eventually(lambda: fleet.store.domain_events(run_id=triaged.run_id), timeout=10)
+        resolver_id = run_id_for("resolver", trigger_goal_id(event["event_id"], "resolver"))
+        eventually(lambda: fleet.store.get_run(resolver_id), timeout=10)
+        resolved = wait_for_run(fleet.store, resolver_id)
+        assert resolved.state == RunState.SUCCEEDED, resolved.result
+        output = resolved.result["output"]  # type: ignore[index]
+        assert output["sources"][0] == "KB-1" and "refunded" in output["reply"]
+        children = fleet.store.children(resolver_id)
+        assert [c.agent for c in children] == ["kb_search", "kb_search"]
+        trace = trace_of(fleet.store, triaged.run_id, fleet.runtime.agents)
+        assert trace is not None
+        text = "\n".join(trace_lines(trace))
+    assert f"runs of trace {triaged.trace_id}" in text
+    assert "resolver" in text and "← event ticket.triaged (run)" in text and "← delegate call ask0" in text
