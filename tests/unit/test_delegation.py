@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -15,8 +14,9 @@ from agentfleet.workers.embedded import EmbeddedFleet
 from tests.helpers import embedded_fleet, eventually, wait_for_run
 
 
-@pytest.fixture
-def fleet(tmp_path: Path) -> Iterator[EmbeddedFleet]:
+@pytest.fixture(scope="module")  # one fleet for the module: its warm shutdown takes seconds
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedFleet]:
+    tmp_path = tmp_path_factory.mktemp("fleet")
     with embedded_fleet(tmp_path, "tests.fixtures.agents") as running:
         yield running
 
