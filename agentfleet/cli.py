@@ -845,6 +845,7 @@ def schema() -> None:
 @app.command()
 def bench(
     suite: Annotated[str | None, typer.Argument(help="overhead | throughput | recovery | growth | in_flight | "
+                                                     "delegation | "
                                                      "approvals | profile (default: all)")] = None,
     quick: Annotated[bool, typer.Option("--quick", help="Small sizes, for development")] = False,
     output: Annotated[str, typer.Option(help="Where to write the figures as JSON")] = "benchmarks/results/latest.json",

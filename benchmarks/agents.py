@@ -89,3 +89,22 @@ bench_loop = Agent(
     tools=[noop, nap, hold, gated],
     limits=Limits(max_steps=10_000, max_tokens=10**12, max_cost_usd=10**6, deadline_s=10**6),
 )
+
+
+def _delegate_held(request: ModelRequest) -> ModelTurn:
+    """A parent that hands its one call to a child run that holds (the slow child of the delegation suite)."""
+    if request.iteration == 0:
+        return ScriptedModel.calls(ToolCall(id="child", name="delegate", arguments={
+            "agent": "bench_loop", "input": {"iterations": 2, "hold": True}}))
+    return ScriptedModel.final({"iterations": request.iteration + 1})
+
+
+bench_parent = Agent(
+    "bench_parent",
+    instructions="Benchmark parent: waits on one slow child.",
+    model=ScriptedModel([_delegate_held, _delegate_held], name="scripted:bench-parent"),
+    goal_schema={"type": "object"},
+    result_schema=LOOP_RESULT,
+    delegates=["bench_loop"],
+    limits=Limits(max_steps=100, max_tokens=10**12, max_cost_usd=10**6, deadline_s=10**6),
+)

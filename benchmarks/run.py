@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from benchmarks.common import Report, Sizes, machine
-from benchmarks.suites import approvals, growth, in_flight, overhead, profile, recovery, throughput
+from benchmarks.suites import approvals, delegation, growth, in_flight, overhead, profile, recovery, throughput
 
 SUITES: dict[str, Callable[[Sizes, Report], None]] = {
     "overhead": overhead.run,
@@ -17,6 +17,7 @@ SUITES: dict[str, Callable[[Sizes, Report], None]] = {
     "recovery": recovery.run,
     "growth": growth.run,
     "in_flight": in_flight.run,
+    "delegation": delegation.run,
     "approvals": approvals.run,
     "profile": profile.run,
 }

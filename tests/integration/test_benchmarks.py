@@ -7,7 +7,8 @@ import pytest
 from tests.conftest import require
 
 
-@pytest.mark.parametrize("suite", ["overhead", "throughput", "recovery", "growth", "in_flight", "approvals", "profile"])
+@pytest.mark.parametrize("suite", ["overhead", "throughput", "recovery", "growth", "in_flight",
+                                   "delegation", "approvals", "profile"])
 def test_each_benchmark_suite_runs_on_a_tiny_size(suite: str) -> None:
     require("rabbitmq", "postgres", "redis")
     from benchmarks import run as bench
@@ -27,6 +28,8 @@ def test_each_benchmark_suite_runs_on_a_tiny_size(suite: str) -> None:
         assert figures["kills"] == 1
     if suite == "in_flight":
         assert figures["parked_runs"] == sizes.parked_runs
+    if suite == "delegation":
+        assert figures["waiting_parents"] == sizes.waiting_parents
     if suite == "approvals":
         assert figures["parked_runs"] == sizes.approval_runs
         assert figures["runs_ended_after_approval"] == sizes.approval_runs
