@@ -336,6 +336,15 @@ class Store:
             row = conn.execute(select(T.steps).where(T.steps.c.idempotency_key == key)).one()
         return StepRecord(key, row.status, row.attempts, row.output, fresh=False, input=row.input)
 
+    def record_step(self, conn: Connection, *, key: str, run_id: str, iteration: int, call_id: str, name: str,
+                    input: Any, worker: str | None, status: str, output: Any) -> None:
+        """A step begun and finished at once, in the caller's transaction (a call the planner answers)."""
+        ts = now()
+        self._insert_ignore(conn, T.steps, dict(
+            idempotency_key=key, run_id=run_id, iteration=iteration, kind="tool", call_id=call_id, name=name,
+            status=status, attempts=1, input=input, output=output, worker=worker, started_at=ts, finished_at=ts,
+            duration_ms=0.0), ["idempotency_key"])
+
     def finish_step(self, conn: Connection, key: str, *, status: str, output: Any, duration_ms: float) -> None:
         conn.execute(
             update(T.steps)

@@ -18,7 +18,8 @@ from typing import Any
 from sqlalchemy import Connection
 
 from agentfleet.config.agents import Agent
-from agentfleet.errors import ErrorCode
+from agentfleet.constants import DELEGATE_TOOL
+from agentfleet.errors import ErrorCode, ToolError
 from agentfleet.events.contracts import Result, ResultStatus
 from agentfleet.events.envelope import (
     DelegationStarted,
@@ -28,16 +29,17 @@ from agentfleet.events.envelope import (
     ParentCall,
     RunCancelRequested,
     ToolFinished,
-    ToolRequested,
 )
+from agentfleet.harness.policy import evaluate
 from agentfleet.loop.budgets import Limits, Termination, remaining
 from agentfleet.loop.decisions import schema_errors
-from agentfleet.loop.keys import child_goal_id, derived_event_id, run_id_for
+from agentfleet.loop.keys import child_goal_id, derived_event_id, idempotency_key, run_id_for
 from agentfleet.loop.states import is_terminal
-from agentfleet.loop.transcript import ToolResult
+from agentfleet.loop.transcript import ToolCall, ToolResult
 from agentfleet.store.repository import RunRecord
 from agentfleet.tasks.base import Step
 
+DELEGATED = "delegated"  # a step whose call a child run answers
 CHILD_FAILED_HINT = "Decide with this: call the agent again with a better input, ask another agent, or give up."
 
 
@@ -63,24 +65,62 @@ def child_limits(parent: RunRecord) -> Limits | Termination:
     return remaining(Limits.model_validate(parent.limits), parent.usage, parent.steps_used, parent.elapsed_s())
 
 
-def hand_off(step: Step, parent: RunRecord, req: ToolRequested, arguments: dict[str, Any]) -> list[Envelope]:
-    """The child's goal and the parent's notice, for the executor to commit with the ``delegated`` step."""
+def hand_off(step: Step, parent: RunRecord, iteration: int, call: ToolCall, sibling_call_ids: list[str],
+             arguments: dict[str, Any]) -> list[Envelope]:
+    """The child's goal and the parent's notice, to commit with the call's step marked ``delegated``."""
     child_agent = arguments["agent"]
-    goal_id = child_goal_id(parent.run_id, req.call.id)
+    goal_id = child_goal_id(parent.run_id, call.id)
     child_run_id = run_id_for(child_agent, goal_id)
     budget = child_limits(parent)
     assert isinstance(budget, Limits), "refusal() checked the budget"
     goal = GoalSubmitted(agent=child_agent, goal_id=goal_id, input=arguments["input"],
                          limits=budget.model_dump(exclude={"max_repairs"}),
-                         parent=ParentCall(run_id=parent.run_id, agent=parent.agent, iteration=req.iteration,
-                                           call_id=req.call.id, sibling_call_ids=req.sibling_call_ids))
+                         parent=ParentCall(run_id=parent.run_id, agent=parent.agent, iteration=iteration,
+                                           call_id=call.id, sibling_call_ids=sibling_call_ids))
     child_goal = Envelope.new(EventType.GOAL_SUBMITTED, child_run_id, goal, trace_id=step.env.trace_id,
                               causation_id=step.env.event_id,
-                              event_id=derived_event_id(parent.run_id, "delegation", req.iteration, req.call.id))
+                              event_id=derived_event_id(parent.run_id, "delegation", iteration, call.id))
     started = step.event(EventType.DELEGATION_STARTED, DelegationStarted(
-        agent=parent.agent, iteration=req.iteration, call_id=req.call.id, child_run_id=child_run_id,
-        sibling_call_ids=req.sibling_call_ids), key=(req.iteration, req.call.id, "delegated"))
+        agent=parent.agent, iteration=iteration, call_id=call.id, child_run_id=child_run_id,
+        sibling_call_ids=sibling_call_ids), key=(iteration, call.id, "delegated"))
     return [child_goal, started]
+
+
+def planner_hands_off(step: Step, agent: Agent, call: ToolCall) -> bool:
+    """Whether the planner hands this call off itself (no executor hop, never queued behind slow tools): a
+    ``delegate`` call no policy sends to a person. One that needs approval goes to the executor, which parks it."""
+    if call.name != DELEGATE_TOOL or not agent.delegates:
+        return False
+    verdict = evaluate(call.name, call.arguments, rules=(*agent.approval_rules, *step.rt.settings.rules))
+    return verdict.action == "allow"
+
+
+def hand_off_from_planner(step: Step, conn: Connection, parent: RunRecord, agent: Agent, iteration: int,
+                          call: ToolCall, sibling_call_ids: list[str]) -> tuple[list[Envelope], bool]:
+    """Start a delegated call's child (or answer why not) in the planner's transaction: its events, and
+    whether a child was started. The call's step is recorded as the executor would have (same key)."""
+    key = idempotency_key(parent.run_id, iteration, "tool", call.id)
+    refused = _bound_refusal(step, parent, agent, call.arguments)
+    if refused is None:
+        step.rt.store.record_step(conn, key=key, run_id=parent.run_id, iteration=iteration, call_id=call.id,
+                                  name=call.name, input=call.arguments, worker=step.worker, status=DELEGATED,
+                                  output={"child_run_id": run_id_for(call.arguments["agent"],
+                                                                     child_goal_id(parent.run_id, call.id))})
+        return hand_off(step, parent, iteration, call, sibling_call_ids, call.arguments)[:1], True
+    step.rt.store.record_step(conn, key=key, run_id=parent.run_id, iteration=iteration, call_id=call.id,
+                              name=call.name, input=call.arguments, worker=step.worker, status="failed",
+                              output=refused.model_dump(mode="json"))
+    finished = ToolFinished(agent=parent.agent, iteration=iteration, call_id=call.id, tool=call.name,
+                            sibling_call_ids=sibling_call_ids, result=refused, worker=step.worker)
+    return [step.event(EventType.TOOL_FAILED, finished, key=(iteration, call.id, "finished"))], False
+
+
+def _bound_refusal(step: Step, parent: RunRecord, agent: Agent, arguments: dict[str, Any]) -> ToolResult | None:
+    try:
+        bound = agent.tools[DELEGATE_TOOL].bind(arguments)
+    except ToolError as exc:
+        return ToolResult.failure(exc.code, exc.message, exc.hint)
+    return refusal(step, parent, agent, bound)
 
 
 def answer_parent(step: Step, child: RunRecord, result: Result) -> list[Envelope]:

@@ -109,7 +109,7 @@ def on_tool_requested(step: Step) -> list[Envelope]:
         return events
 
 
-DELEGATED = "delegated"  # a step whose call a child run answers
+DELEGATED = delegation.DELEGATED
 
 
 def _is_delegation(step: Step, req: ToolRequested) -> bool:
@@ -118,7 +118,8 @@ def _is_delegation(step: Step, req: ToolRequested) -> bool:
 
 
 def _delegate(step: Step, req: ToolRequested, key: str, arguments: dict[str, Any]) -> ToolResult | list[Envelope]:
-    """Start the child run (committed with the step marked delegated), or why it cannot start."""
+    """Start the child run (committed with the step marked delegated), or why it cannot start. The planner
+    hands most delegations off itself; a call a policy parked for a person arrives here once approved."""
     store = step.rt.store
     agent = step.rt.agent(req.agent)
     parent = store.get_run(step.env.run_id)
@@ -128,7 +129,7 @@ def _delegate(step: Step, req: ToolRequested, key: str, arguments: dict[str, Any
     refused = delegation.refusal(step, parent, agent, arguments)
     if refused is not None:
         return refused
-    events = delegation.hand_off(step, parent, req, arguments)
+    events = delegation.hand_off(step, parent, req.iteration, req.call, req.sibling_call_ids, arguments)
     with store.tx() as conn:
         store.finish_step(conn, key, status=DELEGATED, output={"child_run_id": events[0].run_id}, duration_ms=0.0)
         return step.commit(conn, events)

@@ -35,6 +35,7 @@ from agentfleet.loop.transcript import Message, ModelTurn
 from agentfleet.models.base import ModelRequest
 from agentfleet.models.retrying import RetryPolicy, with_retries
 from agentfleet.store.repository import RunRecord
+from agentfleet.tasks import delegation
 from agentfleet.tasks.admission import check_conflict
 from agentfleet.tasks.base import Step, end_run, result_of
 from agentfleet.tasks.retry import CommitPending, InFlight, outcome_at_risk
@@ -241,7 +242,9 @@ def _plan_summary(turn: ModelTurn) -> dict[str, object]:
 def _dispatch(step: Step, run: RunRecord, new_messages: list[Message], iteration: int, planned: Planned,
               decision: Dispatch) -> list[Envelope]:
     store = step.rt.store
+    agent = step.rt.agent(run.agent)
     call_ids = [c.id for c in decision.calls]
+    handed = [c for c in decision.calls if agent is not None and delegation.planner_hands_off(step, agent, c)]
     events = [
         step.event(
             EventType.TOOL_REQUESTED,
@@ -249,15 +252,24 @@ def _dispatch(step: Step, run: RunRecord, new_messages: list[Message], iteration
                           idempotency_key=idempotency_key(run.run_id, iteration, "tool", call.id)),
             key=(iteration, call.id),
         )
-        for call in decision.calls
+        for call in decision.calls if call not in handed
     ]
     with store.tx() as conn:
         current = store.get_run(run.run_id, conn, lock=True)
         if current is None or current.state != RunState.PLANNING or current.iteration != iteration:
             return step.commit(conn, [])
         _checkpoint(step, conn, run, iteration, new_messages, planned)
-        if not store.transition(conn, current, RunState.EXECUTING, **_usage_fields(current, planned.turn)):
+        moved = store.transition(conn, current, RunState.EXECUTING, **_usage_fields(current, planned.turn))
+        if not moved:
             return step.commit(conn, [])
+        started = 0
+        for call in handed:  # children start from here: no executor hop, never queued behind slow tools
+            assert agent is not None
+            more, child = delegation.hand_off_from_planner(step, conn, moved, agent, iteration, call, call_ids)
+            events += more
+            started += child
+        if handed and started == len(call_ids):  # every call went to a child: nothing runs in a worker
+            store.transition(conn, moved, RunState.WAITING_CHILDREN)
         return step.commit(conn, events)
 
 

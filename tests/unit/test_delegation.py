@@ -58,9 +58,9 @@ def test_a_child_that_fails_is_a_structured_error_the_parent_model_sees(fleet: E
 def test_a_delegation_sent_twice_starts_one_child(fleet: EmbeddedFleet) -> None:
     run = wait_for_run(fleet.store, fleet.submit({"agent": "asker", "input": {"queries": ["once"]}}))
     assert run.state == RunState.SUCCEEDED
-    [request] = [e for e in fleet.store.stored_events(run.run_id) if e["type"] == "tool.requested"
-                 and e["payload"]["call"]["name"] == "delegate"]
-    again = Envelope.model_validate({**request, "event_id": "a-second-copy-of-the-request"})
+    [goal] = [e for e in fleet.store.stored_events(run.run_id) if e["type"] == "goal.submitted"
+              and e["payload"].get("parent")]  # the child's goal, in the parent's outbox
+    again = Envelope.model_validate({**goal, "event_id": "a-second-copy-of-the-goal"})
     fleet.runtime.publisher.publish([again])
     time.sleep(1.0)
     assert [c.agent for c in fleet.store.children(run.run_id)] == ["lookup"]
