@@ -54,3 +54,29 @@ def test_an_outside_event_breaking_its_schema_is_dead_lettered_with_the_reason(w
     letters = eventually(lambda: dlq(workers, "list"), timeout=30)
     assert letters[0]["error_code"] == "INPUT_INVALID" and "priority" in letters[0]["reason"]
     assert letters[0]["original_routing_key"] == "domain.case.triaged"
+
+
+def test_the_support_chain_is_seen_by_a_plain_pika_consumer_in_causal_order(workers: WorkerProcs, namespace: str,
+                                                                           store: Store) -> None:
+    from tests.conftest import TEST_AGENTS
+
+    workers.env["AGENTFLEET_AGENTS"] = f"{TEST_AGENTS},agentfleet.examples.support"
+    start_fleet(workers)
+    client = AmqpClient()
+    public = client.subscribe_public(namespace, "#")  # a dashboard's view: plain JSON, no agentfleet code
+    client.publish_goal(namespace, "goal.triage", {"agent": "triage", "input": {
+        "ticket_id": "T-9", "text": "I was charged twice, please refund"}})
+    seen: list[dict] = []
+    deadline = time.monotonic() + 90
+    while sum(1 for m in seen if m["type"] == "run.completed") < 4 and time.monotonic() < deadline:
+        seen += [json.loads(body) for _props, body in client.drain(public, 1, timeout=1)]
+    kinds = [(m["type"], m.get("agent") or m.get("payload", {}).get("ticket_id")) for m in seen]
+    ends = [m for m in seen if m["type"] == "run.completed"]
+    assert sorted(m["agent"] for m in ends) == ["kb_search", "kb_search", "resolver", "triage"], kinds
+    assert all(m["status"] == "succeeded" for m in ends)
+    at = {(m["type"], m.get("agent"), m.get("run_id")): i for i, m in enumerate(seen)}
+    triaged = next(i for i, m in enumerate(seen) if m["type"] == "domain.ticket.triaged")
+    resolver_end = next(i for k, i in at.items() if k[0] == "run.completed" and k[1] == "resolver")
+    lookups = [i for k, i in at.items() if k[0] == "run.completed" and k[1] == "kb_search"]
+    assert triaged < resolver_end and all(i < resolver_end for i in lookups)  # a cause before its effects
+    assert seen[triaged]["payload"]["topic"] == "billing" and seen[triaged]["source"] == "run"

@@ -91,3 +91,11 @@ def test_cancelling_the_root_cancels_every_descendant(fleet: EmbeddedFleet) -> N
                           timeout=30):
         assert "parent run" in run.result["message"]  # type: ignore[index]
     assert leaf.agent == "counter"
+
+
+def test_a_policy_over_delegate_is_enforced_by_the_executor(fleet: EmbeddedFleet) -> None:
+    run = wait_for_run(fleet.store, fleet.submit({"agent": "guarded_asker", "input": {"queries": ["secret", "ok"]}}))
+    assert run.state == RunState.SUCCEEDED, run.result
+    codes = sorted(str(s.get("error_code")) for s in run.result["output"]["seen"])  # type: ignore[index]
+    assert codes == ["None", "None", "PERMISSION_DENIED"]
+    assert [c.input for c in fleet.store.children(run.run_id)] == [{"q": "ok"}]
