@@ -20,6 +20,7 @@ import jsonschema
 
 from agentfleet.errors import ConfigurationError
 from agentfleet.harness.policy import MISSING, argument
+from agentfleet.loop.decisions import schema_errors
 
 NAME = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z0-9_]+)*$")
 
@@ -49,10 +50,7 @@ def problems(name: str, payload: Any) -> list[str]:
     if not isinstance(payload, dict):
         return ["the payload is not a JSON object"]
     schema = _schemas.get(name)
-    if schema is None:
-        return []
-    found = sorted(jsonschema.Draft202012Validator(schema).iter_errors(payload), key=lambda e: list(e.path))
-    return [f"{'/'.join(map(str, e.absolute_path)) or '(root)'}: {e.message}" for e in found[:5]]
+    return schema_errors(schema, payload, limit=5) if schema is not None else []
 
 
 def event_id_for(*parts: object) -> str:

@@ -202,11 +202,11 @@ class Tool:
 
 
 def _schema_checked(name: str, schema: dict[str, Any], arguments: dict[str, Any]) -> dict[str, Any]:
-    validator = jsonschema.Draft202012Validator(schema)
-    problems = sorted(validator.iter_errors(arguments), key=lambda e: list(e.absolute_path))
+    from agentfleet.loop.decisions import schema_errors
+
+    problems = schema_errors(schema, arguments)
     if problems:
-        said = "; ".join(f"{'.'.join(map(str, e.absolute_path)) or '(root)'}: {e.message}" for e in problems[:10])
-        raise ToolError(f"arguments for {name} are invalid: {said}", code=ErrorCode.INVALID_ARGUMENTS,
+        raise ToolError(f"arguments for {name} are invalid: {'; '.join(problems)}", code=ErrorCode.INVALID_ARGUMENTS,
                         hint=f"Call {name} with arguments matching its JSON Schema.")
     return dict(arguments)
 

@@ -27,4 +27,7 @@ def derived_event_id(cause_event_id: str, *parts: object) -> str:
 def child_goal_id(parent_run_id: str, call_id: str) -> str:
     """A delegation's child goal id, from the parent's run and call: a redelivered delegation names the same
     child run, so it starts no second one."""
-    return f"delegation/{parent_run_id}/{call_id}"
+    return f"{DELEGATION_PREFIX}{parent_run_id}/{call_id}"
+
+
+DELEGATION_PREFIX = "delegation/"  # a delegated run's goal id starts so

@@ -22,7 +22,6 @@ from agentfleet.constants import DELEGATE_TOOL
 from agentfleet.errors import ErrorCode, ToolError
 from agentfleet.events.contracts import Result, ResultStatus
 from agentfleet.events.envelope import (
-    DelegationStarted,
     Envelope,
     EventType,
     GoalSubmitted,
@@ -65,25 +64,18 @@ def child_limits(parent: RunRecord) -> Limits | Termination:
     return remaining(Limits.model_validate(parent.limits), parent.usage, parent.steps_used, parent.elapsed_s())
 
 
-def hand_off(step: Step, parent: RunRecord, iteration: int, call: ToolCall, sibling_call_ids: list[str],
-             arguments: dict[str, Any]) -> list[Envelope]:
-    """The child's goal and the parent's notice, to commit with the call's step marked ``delegated``."""
-    child_agent = arguments["agent"]
-    goal_id = child_goal_id(parent.run_id, call.id)
-    child_run_id = run_id_for(child_agent, goal_id)
+def child_goal(step: Step, parent: RunRecord, iteration: int, call: ToolCall, sibling_call_ids: list[str],
+               arguments: dict[str, Any]) -> Envelope:
+    """The child's goal, to commit with the call's step marked ``delegated`` (its id derived from the call)."""
     budget = child_limits(parent)
     assert isinstance(budget, Limits), "refusal() checked the budget"
-    goal = GoalSubmitted(agent=child_agent, goal_id=goal_id, input=arguments["input"],
-                         limits=budget.model_dump(exclude={"max_repairs"}),
+    goal = GoalSubmitted(agent=arguments["agent"], goal_id=child_goal_id(parent.run_id, call.id),
+                         input=arguments["input"], limits=budget.model_dump(exclude={"max_repairs"}),
                          parent=ParentCall(run_id=parent.run_id, agent=parent.agent, iteration=iteration,
                                            call_id=call.id, sibling_call_ids=sibling_call_ids))
-    child_goal = Envelope.new(EventType.GOAL_SUBMITTED, child_run_id, goal, trace_id=step.env.trace_id,
-                              causation_id=step.env.event_id,
-                              event_id=derived_event_id(parent.run_id, "delegation", iteration, call.id))
-    started = step.event(EventType.DELEGATION_STARTED, DelegationStarted(
-        agent=parent.agent, iteration=iteration, call_id=call.id, child_run_id=child_run_id,
-        sibling_call_ids=sibling_call_ids), key=(iteration, call.id, "delegated"))
-    return [child_goal, started]
+    return Envelope.new(EventType.GOAL_SUBMITTED, run_id_for(goal.agent, goal.goal_id), goal,
+                        trace_id=step.env.trace_id, causation_id=step.env.event_id,
+                        event_id=derived_event_id(parent.run_id, "delegation", iteration, call.id))
 
 
 def planner_hands_off(step: Step, agent: Agent, call: ToolCall) -> bool:
@@ -106,7 +98,7 @@ def hand_off_from_planner(step: Step, conn: Connection, parent: RunRecord, agent
                                   name=call.name, input=call.arguments, worker=step.worker, status=DELEGATED,
                                   output={"child_run_id": run_id_for(call.arguments["agent"],
                                                                      child_goal_id(parent.run_id, call.id))})
-        return hand_off(step, parent, iteration, call, sibling_call_ids, call.arguments)[:1], True
+        return [child_goal(step, parent, iteration, call, sibling_call_ids, call.arguments)], True
     step.rt.store.record_step(conn, key=key, run_id=parent.run_id, iteration=iteration, call_id=call.id,
                               name=call.name, input=call.arguments, worker=step.worker, status="failed",
                               output=refused.model_dump(mode="json"))

@@ -21,6 +21,7 @@ from agentfleet.errors import AgentfleetError, ErrorCode
 from agentfleet.events.domain import event_id_for
 from agentfleet.events.envelope import (
     ApprovalRequested,
+    DelegationStarted,
     DomainEvent,
     Envelope,
     EventType,
@@ -129,10 +130,13 @@ def _delegate(step: Step, req: ToolRequested, key: str, arguments: dict[str, Any
     refused = delegation.refusal(step, parent, agent, arguments)
     if refused is not None:
         return refused
-    events = delegation.hand_off(step, parent, req.iteration, req.call, req.sibling_call_ids, arguments)
+    goal = delegation.child_goal(step, parent, req.iteration, req.call, req.sibling_call_ids, arguments)
+    started = step.event(EventType.DELEGATION_STARTED, DelegationStarted(  # the parent may now wait
+        agent=parent.agent, iteration=req.iteration, call_id=req.call.id, child_run_id=goal.run_id,
+        sibling_call_ids=req.sibling_call_ids), key=(req.iteration, req.call.id, "delegated"))
     with store.tx() as conn:
-        store.finish_step(conn, key, status=DELEGATED, output={"child_run_id": events[0].run_id}, duration_ms=0.0)
-        return step.commit(conn, events)
+        store.finish_step(conn, key, status=DELEGATED, output={"child_run_id": goal.run_id}, duration_ms=0.0)
+        return step.commit(conn, [goal, started])
 
 
 @dataclass(frozen=True)

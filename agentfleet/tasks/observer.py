@@ -34,7 +34,7 @@ from agentfleet.events.envelope import (
     ToolRequested,
 )
 from agentfleet.loop.decisions import fan_in_complete, schema_errors, waits_on_people
-from agentfleet.loop.keys import derived_event_id, run_id_for
+from agentfleet.loop.keys import DELEGATION_PREFIX, derived_event_id, run_id_for
 from agentfleet.loop.states import RunState, is_terminal
 from agentfleet.loop.transcript import ToolResult
 from agentfleet.store.repository import RunRecord
@@ -195,11 +195,17 @@ def on_run_ended(step: Step) -> list[Envelope]:
     with store.tx() as conn:
         store.mark_replied(conn, [p[0] for p in pending])
         events: list[Envelope] = []
-        run = store.get_run(step.env.run_id, conn) if not ended.redelivery else None
+        agent = step.rt.agent(result.agent or "")
+        # Only a run of an agent that delegates can have children, and only a delegated run has a parent to
+        # answer (its goal id says so): any other run's end costs no query here.
+        may_have_children = agent is None or bool(agent.delegates)
+        delegated = (result.goal_id or "").startswith(DELEGATION_PREFIX)
+        run = (store.get_run(step.env.run_id, conn) if not ended.redelivery and (may_have_children or delegated)
+               else None)
         if run is not None:  # a delegated run answers its parent's call; a run that ended stops its children
             why = f"{result.status} {result.error_code or ''}".strip()
             events = [*delegation.answer_parent(step, run, result),
-                      *delegation.cancel_children(step, conn, run, why)]
+                      *(delegation.cancel_children(step, conn, run, why) if may_have_children else [])]
         return step.commit(conn, events)
 
 

@@ -83,6 +83,16 @@ CATALOGUE: list[tuple[str, str, bytes, dict[str, Any], ErrorCode]] = [
     ("oversized answer", R, json.dumps({**ANSWER, "arguments": {"pad": "x" * (2 * MAX_BYTES)}}).encode(), {},
      E.MESSAGE_TOO_LARGE),
     ("answer to nothing", R, json.dumps(ANSWER).encode(), {}, E.UNKNOWN_APPROVAL),
+    # Domain events from outside share the inbox too: refused events are answered and dead-lettered alike.
+    ("event not json", "domain.case.triaged", b"\xff{", {}, E.MALFORMED_MESSAGE),
+    ("event that is an array", "domain.case.triaged", b"[1, 2]", {}, E.MALFORMED_MESSAGE),
+    ("event past the depth limit", "domain.case.triaged", b'{"x": ' + b"[" * 100 + b"]" * 100 + b"}", {},
+     E.MALFORMED_MESSAGE),
+    ("oversized event", "domain.case.triaged", json.dumps({"pad": "x" * (2 * MAX_BYTES)}).encode(), {},
+     E.MESSAGE_TOO_LARGE),
+    ("event breaking its schema", "domain.case.triaged", json.dumps({"ticket": 1}).encode(), {}, E.INPUT_INVALID),
+    ("event name in capitals", "domain.Case.Triaged", b"{}", {}, E.INPUT_INVALID),
+    ("event with no name", "domain.", b"{}", {}, E.INPUT_INVALID),
 ]
 
 
