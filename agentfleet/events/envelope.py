@@ -122,6 +122,7 @@ class ToolRequested(_Payload):
     sibling_call_ids: list[str]  # every call of this iteration, for the observer's fan-in
     idempotency_key: str
     approval_id: str | None = None  # sent again once a person answered: the answer decides, not the policy
+    delegations: int = Field(default=1, ge=1, le=10_000)  # a delegate call's siblings that also start children
 
 
 class ToolFinished(_Payload):

@@ -77,12 +77,22 @@ def check_gates(limits: Limits, usage: Usage, iteration: int, elapsed_s: float, 
     return None
 
 
-def remaining(limits: Limits, usage: Usage, steps_used: int, elapsed_s: float) -> Limits | Termination:
+def remaining(limits: Limits, usage: Usage, steps_used: int, elapsed_s: float, *, shares: int = 1
+              ) -> Limits | Termination:
     """What a child started now may spend: what is left of ``limits`` (its own agent's limits can only
-    tighten it), or the gate that has already tripped."""
+    tighten it), or the gate that has already tripped. ``shares``: the children started together (one
+    turn's delegations) split what is left evenly, so the tree never spends past its root's limits even
+    when they all run at once; the price is that one sibling cannot use another's unspent share."""
     gate = check_gates(limits, usage, 0, elapsed_s, steps_used)
     if gate is not None:
         return gate
-    return Limits(max_steps=limits.max_steps - steps_used, max_tokens=limits.max_tokens - usage.total_tokens,
-                  max_cost_usd=limits.max_cost_usd - usage.cost_usd, deadline_s=limits.deadline_s - elapsed_s,
-                  max_repairs=limits.max_repairs)
+    steps = (limits.max_steps - steps_used) // shares
+    tokens = (limits.max_tokens - usage.total_tokens) // shares
+    if steps < 1:
+        return Termination(ErrorCode.MAX_STEPS, f"{limits.max_steps - steps_used} steps left cannot go to "
+                                                f"{shares} children")
+    if tokens < 1:
+        return Termination(ErrorCode.TOKEN_BUDGET, f"{limits.max_tokens - usage.total_tokens} tokens left "
+                                                   f"cannot go to {shares} children")
+    return Limits(max_steps=steps, max_tokens=tokens, max_cost_usd=(limits.max_cost_usd - usage.cost_usd) / shares,
+                  deadline_s=limits.deadline_s - elapsed_s, max_repairs=limits.max_repairs)

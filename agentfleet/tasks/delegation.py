@@ -7,8 +7,8 @@ them, so a redelivered call names the same child run) and marks the call's step
 Result into the parent call's tool result, and it fans in with the iteration's other
 calls. The child sees only the input it was given; the parent gets back only the
 child's validated output (or its error code), never its transcript. Every descendant
-spends from the root's limits: a child starts with what remains, and its spend is
-added to its parent's when it ends.
+spends from the root's limits: a child starts with what remains (the delegations of one
+turn split it evenly), and its spend is added to its parent's when it ends.
 """
 
 from __future__ import annotations
@@ -42,8 +42,10 @@ DELEGATED = "delegated"  # a step whose call a child run answers
 CHILD_FAILED_HINT = "Decide with this: call the agent again with a better input, ask another agent, or give up."
 
 
-def refusal(step: Step, parent: RunRecord, agent: Agent, arguments: dict[str, Any]) -> ToolResult | None:
-    """Why this delegation cannot start (a structured result for the model), or None: it can."""
+def refusal(step: Step, parent: RunRecord, agent: Agent, arguments: dict[str, Any], shares: int = 1
+            ) -> ToolResult | None:
+    """Why this delegation cannot start (a structured result for the model), or None: it can. ``shares``: the
+    delegations of the same turn, which split what is left of the budget."""
     child_name = arguments.get("agent")
     child = step.rt.agent(child_name) if isinstance(child_name, str) else None
     if child_name not in agent.delegates or child is None:
@@ -54,20 +56,21 @@ def refusal(step: Step, parent: RunRecord, agent: Agent, arguments: dict[str, An
         return ToolResult.failure(ErrorCode.INPUT_INVALID, f"the input breaks {child.name}'s goal schema: "
                                                            f"{'; '.join(problems)}",
                                   f"Pass {child.name} an input matching its goal schema.")
-    budget = child_limits(parent)
+    budget = child_limits(parent, shares)
     if isinstance(budget, Termination):
         return ToolResult.failure(budget.code, f"nothing left to give {child.name}: {budget.message}")
     return None
 
 
-def child_limits(parent: RunRecord) -> Limits | Termination:
-    return remaining(Limits.model_validate(parent.limits), parent.usage, parent.steps_used, parent.elapsed_s())
+def child_limits(parent: RunRecord, shares: int = 1) -> Limits | Termination:
+    return remaining(Limits.model_validate(parent.limits), parent.usage, parent.steps_used, parent.elapsed_s(),
+                     shares=shares)
 
 
 def child_goal(step: Step, parent: RunRecord, iteration: int, call: ToolCall, sibling_call_ids: list[str],
-               arguments: dict[str, Any]) -> Envelope:
+               arguments: dict[str, Any], shares: int = 1) -> Envelope:
     """The child's goal, to commit with the call's step marked ``delegated`` (its id derived from the call)."""
-    budget = child_limits(parent)
+    budget = child_limits(parent, shares)
     assert isinstance(budget, Limits), "refusal() checked the budget"
     goal = GoalSubmitted(agent=arguments["agent"], goal_id=child_goal_id(parent.run_id, call.id),
                          input=arguments["input"], limits=budget.model_dump(exclude={"max_repairs"}),
@@ -76,6 +79,11 @@ def child_goal(step: Step, parent: RunRecord, iteration: int, call: ToolCall, si
     return Envelope.new(EventType.GOAL_SUBMITTED, run_id_for(goal.agent, goal.goal_id), goal,
                         trace_id=step.env.trace_id, causation_id=step.env.event_id,
                         event_id=derived_event_id(parent.run_id, "delegation", iteration, call.id))
+
+
+def delegations_in(agent: Agent | None, calls: list[ToolCall]) -> int:
+    """How many of a turn's calls start children (they share what is left of the budget)."""
+    return sum(1 for c in calls if c.name == DELEGATE_TOOL) if agent is not None and agent.delegates else 0
 
 
 def planner_hands_off(step: Step, agent: Agent, call: ToolCall) -> bool:
@@ -88,17 +96,18 @@ def planner_hands_off(step: Step, agent: Agent, call: ToolCall) -> bool:
 
 
 def hand_off_from_planner(step: Step, conn: Connection, parent: RunRecord, agent: Agent, iteration: int,
-                          call: ToolCall, sibling_call_ids: list[str]) -> tuple[list[Envelope], bool]:
+                          call: ToolCall, sibling_call_ids: list[str], shares: int = 1
+                          ) -> tuple[list[Envelope], bool]:
     """Start a delegated call's child (or answer why not) in the planner's transaction: its events, and
     whether a child was started. The call's step is recorded as the executor would have (same key)."""
     key = idempotency_key(parent.run_id, iteration, "tool", call.id)
-    refused = _bound_refusal(step, parent, agent, call.arguments)
+    refused = _bound_refusal(step, parent, agent, call.arguments, shares)
     if refused is None:
         step.rt.store.record_step(conn, key=key, run_id=parent.run_id, iteration=iteration, call_id=call.id,
                                   name=call.name, input=call.arguments, worker=step.worker, status=DELEGATED,
                                   output={"child_run_id": run_id_for(call.arguments["agent"],
                                                                      child_goal_id(parent.run_id, call.id))})
-        return [child_goal(step, parent, iteration, call, sibling_call_ids, call.arguments)], True
+        return [child_goal(step, parent, iteration, call, sibling_call_ids, call.arguments, shares)], True
     step.rt.store.record_step(conn, key=key, run_id=parent.run_id, iteration=iteration, call_id=call.id,
                               name=call.name, input=call.arguments, worker=step.worker, status="failed",
                               output=refused.model_dump(mode="json"))
@@ -107,12 +116,13 @@ def hand_off_from_planner(step: Step, conn: Connection, parent: RunRecord, agent
     return [step.event(EventType.TOOL_FAILED, finished, key=(iteration, call.id, "finished"))], False
 
 
-def _bound_refusal(step: Step, parent: RunRecord, agent: Agent, arguments: dict[str, Any]) -> ToolResult | None:
+def _bound_refusal(step: Step, parent: RunRecord, agent: Agent, arguments: dict[str, Any], shares: int
+                   ) -> ToolResult | None:
     try:
         bound = agent.tools[DELEGATE_TOOL].bind(arguments)
     except ToolError as exc:
         return ToolResult.failure(exc.code, exc.message, exc.hint)
-    return refusal(step, parent, agent, bound)
+    return refusal(step, parent, agent, bound, shares)
 
 
 def answer_parent(step: Step, child: RunRecord, result: Result) -> list[Envelope]:

@@ -245,11 +245,13 @@ def _dispatch(step: Step, run: RunRecord, new_messages: list[Message], iteration
     agent = step.rt.agent(run.agent)
     call_ids = [c.id for c in decision.calls]
     handed = [c for c in decision.calls if agent is not None and delegation.planner_hands_off(step, agent, c)]
+    shares = max(1, delegation.delegations_in(agent, decision.calls))
     events = [
         step.event(
             EventType.TOOL_REQUESTED,
             ToolRequested(agent=run.agent, iteration=iteration, call=call, sibling_call_ids=call_ids,
-                          idempotency_key=idempotency_key(run.run_id, iteration, "tool", call.id)),
+                          idempotency_key=idempotency_key(run.run_id, iteration, "tool", call.id),
+                          delegations=shares),
             key=(iteration, call.id),
         )
         for call in decision.calls if call not in handed
@@ -265,7 +267,8 @@ def _dispatch(step: Step, run: RunRecord, new_messages: list[Message], iteration
         started = 0
         for call in handed:  # children start from here: no executor hop, never queued behind slow tools
             assert agent is not None
-            more, child = delegation.hand_off_from_planner(step, conn, moved, agent, iteration, call, call_ids)
+            more, child = delegation.hand_off_from_planner(step, conn, moved, agent, iteration, call, call_ids,
+                                                              shares)
             events += more
             started += child
         if handed and started == len(call_ids):  # every call went to a child: nothing runs in a worker

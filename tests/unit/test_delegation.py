@@ -43,6 +43,10 @@ def test_two_delegations_and_a_plain_call_fan_in_and_the_child_results_are_the_t
     assert all(c.input in ({"q": "alpha"}, {"q": "beta"}) for c in children)  # the child sees only its input
     # The tree's spend is counted in the root: its own turns and its children's.
     assert run.steps_used == 2 + sum(c.steps_used for c in children)
+    # Siblings started in one turn share what was left: together they can never spend past the root's limits.
+    for limit in ("max_steps", "max_tokens", "max_cost_usd"):
+        assert sum(c.limits[limit] for c in children) <= run.limits[limit] - (1 if limit == "max_steps" else 0)
+    assert {**children[0].limits, "deadline_s": 0} == {**children[1].limits, "deadline_s": 0}
 
 
 def test_a_child_that_fails_is_a_structured_error_the_parent_model_sees(fleet: EmbeddedFleet) -> None:

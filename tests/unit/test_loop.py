@@ -26,6 +26,7 @@ from agentfleet.loop import (
     idempotency_key,
     run_id_for,
 )
+from agentfleet.loop.budgets import Termination, remaining
 from agentfleet.loop.decisions import NO_PROGRESS_REPEATS, calls_signature, plan_signatures
 
 SCHEMA = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"], "additionalProperties": False}
@@ -210,3 +211,18 @@ class TestKeys:
         assert k == idempotency_key("r", 1, "tool", "c1")
         assert len({k, idempotency_key("r", 2, "tool", "c1"), idempotency_key("r", 1, "plan"),
                     idempotency_key("r", 1, "tool", "c2")}) == 4
+
+
+def test_what_a_child_may_spend_is_what_is_left_shared_among_the_siblings_started_with_it() -> None:
+    limits = Limits(max_steps=10, max_tokens=1000, max_cost_usd=1.0, deadline_s=60)
+    used = Usage(input_tokens=300, output_tokens=100, cost_usd=0.25)
+    alone = remaining(limits, used, 2, 10.0)
+    assert isinstance(alone, Limits)
+    assert (alone.max_steps, alone.max_tokens, alone.max_cost_usd, alone.deadline_s) == (8, 600, 0.75, 50.0)
+    third = remaining(limits, used, 2, 10.0, shares=3)
+    assert isinstance(third, Limits)  # together, three siblings can never spend past the parent's limits
+    assert (third.max_steps, third.max_tokens, third.max_cost_usd, third.deadline_s) == (2, 200, 0.25, 50.0)
+    too_thin = remaining(limits, used, 2, 10.0, shares=9)  # eight steps cannot go nine ways
+    assert isinstance(too_thin, Termination) and too_thin.code == ErrorCode.MAX_STEPS
+    spent = remaining(limits, Usage(input_tokens=1000), 2, 10.0)
+    assert isinstance(spent, Termination) and spent.code == ErrorCode.TOKEN_BUDGET
