@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import time
+
 from agentfleet.config.settings import get_settings
+from agentfleet.events.envelope import Envelope
 from agentfleet.loop.states import RunState
 from agentfleet.store import Store
 from agentfleet.workers.client import FleetClient
@@ -46,3 +49,35 @@ def test_cancelling_the_root_on_the_fleet_cancels_every_descendant(workers: Work
     eventually(lambda: all(r.state == RunState.CANCELLED for r in descendants(store, run_id)), timeout=30,
                message="a descendant outlived its cancelled root")
     assert sorted(r.agent for r in descendants(store, run_id)) == ["cancel_middle", "counter"]
+
+
+def test_a_budget_exhausted_in_a_grandchild_stops_the_whole_tree_on_the_fleet(workers: WorkerProcs, namespace: str,
+                                                                             store: Store) -> None:
+    start_fleet(workers)
+    client = AmqpClient()
+    corr, run_id = submit(client, namespace, "chain_root")
+    result = client.replies(1, timeout=90)[corr]
+    client.close()
+    assert (result["status"], result["error_code"]) == ("failed", "TOKEN_BUDGET"), result
+    [middle] = store.children(run_id)
+    [leaf] = store.children(middle.run_id)
+    assert [(r.agent, r.error_code) for r in (middle, leaf)] == [("chain_middle", "TOKEN_BUDGET"),
+                                                                ("chain_leaf", "TOKEN_BUDGET")]
+    root = store.get_run(run_id)
+    assert root is not None and root.input_tokens + root.output_tokens == root.limits["max_tokens"] == 60
+
+
+def test_a_delegation_published_twice_on_the_fleet_starts_one_child(workers: WorkerProcs, namespace: str,
+                                                                   store: Store) -> None:
+    start_fleet(workers)
+    client = AmqpClient()
+    corr, run_id = submit(client, namespace, "asker", {"queries": ["once"]})
+    assert client.replies(1, timeout=90)[corr]["status"] == "succeeded"
+    client.close()
+    [goal] = [e for e in store.stored_events(run_id) if e["type"] == "goal.submitted" and e["payload"].get("parent")]
+    with FleetClient(get_settings()) as fleet:  # the same goal again, as a redelivery would bring it
+        fleet.rt.publisher.publish([Envelope.model_validate({**goal, "event_id": "a-second-copy"})])
+        fleet.rt.publisher.publish([Envelope.model_validate(goal)])
+    time.sleep(2.0)  # what a second child would need to be recorded
+    assert [c.agent for c in store.children(run_id)] == ["lookup"]
+    assert all(p.poll() is None for _, p in workers.procs), workers.logs()

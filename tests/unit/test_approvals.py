@@ -384,3 +384,21 @@ def test_an_agent_that_can_never_ask_costs_the_observer_no_look_for_parked_calls
         assert looks  # an agent that may ask does look
     finally:
         event.remove(fleet.store.engine, "before_cursor_execute", count)
+
+
+def test_a_delegation_a_person_approves_starts_its_child_with_the_edited_input(fleet: EmbeddedFleet) -> None:
+    run_id = fleet.submit({"agent": "careful_asker", "input": {"queries": ["private", "open"]},
+                           "goal_id": uuid.uuid4().hex})
+    waiting(fleet, run_id)
+    assert [c.input for c in fleet.store.children(run_id)] == [{"q": "open"}]  # the unchecked one went at once
+    answer(fleet, run_id, "d0", arguments={"agent": "lookup", "input": {"q": "edited"}})
+    run = wait_for_run(fleet.store, run_id)
+    assert run.state == RunState.SUCCEEDED, run.result
+    children = fleet.store.children(run_id)
+    assert sorted(c.input["q"] for c in children) == ["edited", "open"]
+    seen = sorted(s["output"]["output"]["seen"][0] for s in run.result["output"]["seen"]  # type: ignore[index]
+                  if "run_id" in s["output"])
+    assert seen == ["kb:edited", "kb:open"]
+    # The approved call takes a share of the same turn's budget, as the one handed off at once did: the two
+    # can never together spend past what was left after the parent's turn.
+    assert all(c.limits["max_tokens"] < run.limits["max_tokens"] // 2 for c in children), [c.limits for c in children]
