@@ -4,7 +4,8 @@ A cassette records a model's decisions, one turn per iteration. Two kinds:
 
 * Hand-written: values a model copied out of what it was shown are written as
   references, so a replay stays true on any input —
-  ``{"$goal": "/path"}`` (a JSON Pointer into the goal's input) and
+  ``{"$goal": "/path"}`` (a JSON Pointer into the goal's input; an optional ``"default"``
+  for an input that lacks it) and
   ``{"$result": "call_id", "pointer": "/output/total_lines"}`` (into an earlier tool
   call's result as the model saw it, ``{"ok": ..., "output": ...}``, with an optional
   ``"default"`` for when that call failed).
@@ -138,22 +139,27 @@ class ReplayModel:
 
 def _resolve(value: Any, goal: dict[str, Any], seen: dict[str, Any]) -> Any:
     if isinstance(value, dict):
-        if set(value) == {"$goal"}:
-            return _pointer(goal, value["$goal"], "goal")
+        if "$goal" in value and set(value) <= {"$goal", "default"}:
+            return _read(goal, value["$goal"], "goal", value)
         if "$result" in value and set(value) <= {"$result", "pointer", "default"}:
             call_id = value["$result"]
             if call_id not in seen:
                 raise ModelError(f"cassette refers to result of call {call_id!r}, which this run has not seen")
-            try:
-                return _pointer(seen[call_id], value.get("pointer", ""), f"result of {call_id}")
-            except ModelError:
-                if "default" in value:
-                    return value["default"]
-                raise
+            return _read(seen[call_id], value.get("pointer", ""), f"result of {call_id}", value)
         return {k: _resolve(v, goal, seen) for k, v in value.items()}
     if isinstance(value, list):
         return [_resolve(v, goal, seen) for v in value]
     return value
+
+
+def _read(document: Any, pointer: str, what: str, reference: dict[str, Any]) -> Any:
+    """A reference's value, or its ``default`` when the pointer finds nothing (a call that failed, say)."""
+    try:
+        return _pointer(document, pointer, what)
+    except ModelError:
+        if "default" in reference:
+            return reference["default"]
+        raise
 
 
 def _pointer(document: Any, pointer: str, what: str) -> Any:

@@ -41,6 +41,15 @@ def test_replay_copies_values_from_earlier_tool_results(tmp_path: Path) -> None:
     assert turn.tool_calls[0].arguments == {"n": 7, "m": 0}
 
 
+def test_replay_reads_the_goal_with_a_default_for_what_it_lacks(tmp_path: Path) -> None:
+    model = ReplayModel(cassette(tmp_path, [{"tool_calls": [{"id": "s", "name": "search", "arguments": {
+        "query": {"$goal": "/query"}, "topic": {"$goal": "/topic", "default": None}}}]}]))
+    assert model.complete(request(0, goal={"query": "q"})).tool_calls[0].arguments == {"query": "q", "topic": None}
+    assert model.complete(request(0, goal={"query": "q", "topic": "t"})).tool_calls[0].arguments["topic"] == "t"
+    with pytest.raises(ModelError, match="/query"):
+        model.complete(request(0, goal={}))
+
+
 def test_replay_past_the_recording_is_a_model_error(tmp_path: Path) -> None:
     with pytest.raises(ModelError, match="iteration 1"):
         ReplayModel(cassette(tmp_path, [{"text": "x"}])).complete(request(1))

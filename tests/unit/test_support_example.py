@@ -23,8 +23,14 @@ def test_triage_publishes_resolver_starts_and_delegates_two_lookups_in_one_trace
         resolved = wait_for_run(fleet.store, resolver_id)
         assert resolved.state == RunState.SUCCEEDED, resolved.result
         output = resolved.result["output"]  # type: ignore[index]
-        assert output["sources"][0] == "KB-1" and "refunded" in output["reply"]
+        assert output["sources"][0]["id"] == "KB-1" and "refunded" in output["reply"]
+        assert {a["id"] for a in output["related"]} == {"KB-1", "KB-2"}  # the billing articles
         children = fleet.store.children(resolver_id)
+        # Cassettes played the models (no key, no network): the tree's tokens are theirs, counted in the root.
+        assert {a.model.name for a in fleet.runtime.agents.all() if a.name in ("triage", "resolver", "kb_search")
+                } == {"replay:support-triage-v1", "replay:support-resolver-v1", "replay:support-kb-search-v1"}
+        assert resolved.input_tokens + resolved.output_tokens == 654 + 1355 + sum(
+            c.input_tokens + c.output_tokens for c in children) and all(c.input_tokens == 799 for c in children)
         assert [c.agent for c in children] == ["kb_search", "kb_search"]
         trace = trace_of(fleet.store, triaged.run_id, fleet.runtime.agents)
         assert trace is not None

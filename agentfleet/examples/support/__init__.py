@@ -7,9 +7,12 @@
   resolver holds no worker while it waits), and answers from what they found.
 * ``kb_search`` searches a small knowledge base with its tool.
 
-All three share the goal's trace: ``agentfleet trace RUN`` prints the whole tree. The models
-are scripted policies (no network, no key); the tools, events, triggers and delegation are
-real. ``AGENTFLEET_MODELS='{"*": "openai:gpt-4.1-mini"}'`` runs them on a real model instead.
+All three share the goal's trace: ``agentfleet trace RUN`` prints the whole tree. Each model
+is a replay of a cassette (``*.cassette.json`` here: a tool-calling model's decisions, with
+what it copied from its goal and tool results written as references), so the example runs
+with no network and no key; the tools, events, triggers and delegation are real.
+``AGENTFLEET_MODELS='{"*": "openai:gpt-4.1-mini"}'`` (or ``openai-compatible:…``) runs
+them on a real model instead.
 
     agentfleet run triage --input '{"ticket_id": "T-100", "text": "I was charged twice for my invoice"}'
 """
@@ -17,6 +20,7 @@ real. ``AGENTFLEET_MODELS='{"*": "openai:gpt-4.1-mini"}'`` runs them on a real m
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import Field
@@ -25,9 +29,7 @@ from agentfleet.config.agents import Agent
 from agentfleet.events.domain import Trigger, domain_event
 from agentfleet.harness.tool import ToolContext, tool
 from agentfleet.loop.budgets import Limits
-from agentfleet.loop.transcript import ModelTurn, ToolCall
-from agentfleet.models.base import ModelRequest
-from agentfleet.models.scripted import ScriptedModel
+from agentfleet.models.replay import ReplayModel
 
 TICKET_TRIAGED = domain_event("ticket.triaged", {
     "type": "object",
@@ -43,7 +45,8 @@ URGENT = ("twice", "urgent", "locked out", "asap", "immediately")
 
 KNOWLEDGE = [
     {"id": "KB-1", "topic": "billing", "title": "Duplicate charges",
-     "text": "A duplicate charge is refunded automatically within 5 days; support can refund at once."},
+     "text": "Charged twice? A duplicate charge is refunded automatically within 5 days; support can refund "
+             "at once."},
     {"id": "KB-2", "topic": "billing", "title": "Invoices", "text": "Invoices are under Settings → Billing."},
     {"id": "KB-3", "topic": "login", "title": "Reset a password", "text": "Use 'Forgot password' on the sign-in page."},
     {"id": "KB-4", "topic": "login", "title": "Locked accounts", "text": "Five failed sign-ins lock it 30 min."},
@@ -61,66 +64,43 @@ def triage_ticket(ctx: ToolContext, ticket_id: str, text: Annotated[str, Field(m
     return {"ticket_id": ticket_id, "topic": topic, "priority": priority}
 
 
+def _words(text: str) -> list[str]:
+    return re.findall(r"[a-z0-9]+", text.lower())
+
+
+def _alike(asked: str, known: str) -> bool:
+    """The same word, or one a suffix away ("charged", "charge"; "invoice", "invoices")."""
+    return asked == known or (min(len(asked), len(known)) >= 4 and (asked.startswith(known)
+                                                                    or known.startswith(asked)))
+
+
 @tool(read_only=True)
 def search_kb(query: Annotated[str, Field(min_length=1, max_length=500)], topic: str | None = None
               ) -> dict[str, Any]:
     """Search the knowledge base; articles of ``topic`` rank first."""
-    words = set(re.findall(r"[a-z0-9]+", query.lower()))
+    asked = set(_words(query))
     scored = []
     for article in KNOWLEDGE:
-        text = f"{article['title']} {article['text']}".lower()
-        score = sum(1 for w in words if w in text) + (2 if article["topic"] == topic else 0)
+        known = _words(f"{article['title']} {article['text']}")
+        score = sum(1 for w in asked if any(_alike(w, k) for k in known)) + (2 if article["topic"] == topic else 0)
         if score:
             scored.append((score, article))
     scored.sort(key=lambda pair: (-pair[0], pair[1]["id"]))
     return {"hits": [{"id": a["id"], "title": a["title"], "text": a["text"]} for _, a in scored[:3]]}
 
 
-def _triage(request: ModelRequest) -> ModelTurn:
-    return ScriptedModel.calls(ToolCall(id="triage", name="triage_ticket", arguments=request.goal))
+ARTICLE = {"type": "object", "required": ["id", "title"],
+           "properties": {"id": {"type": "string"}, "title": {"type": "string"}, "text": {"type": "string"}}}
 
 
-def _triaged(request: ModelRequest) -> ModelTurn:
-    told = request.tool_outputs()["triage"]
-    if not told.get("ok"):
-        return ScriptedModel.final({"ticket_id": request.goal["ticket_id"], "topic": "other", "priority": "normal"})
-    return ScriptedModel.final(told["output"])
-
-
-def _look_up(request: ModelRequest) -> ModelTurn:
-    goal = request.goal
-    queries = [goal["topic"], goal["text"]]
-    return ScriptedModel.calls(*(ToolCall(id=f"ask{i}", name="delegate", arguments={
-        "agent": "kb_search", "input": {"query": q, "topic": goal["topic"]}}) for i, q in enumerate(queries)))
-
-
-def _answer(request: ModelRequest) -> ModelTurn:
-    seen = request.tool_outputs()
-    hits: dict[str, dict[str, Any]] = {}
-    for key in ("ask0", "ask1"):
-        told = seen.get(key, {})
-        if told.get("ok"):
-            for hit in told["output"]["output"]["hits"]:
-                hits.setdefault(hit["id"], hit)
-    best = sorted(hits.values(), key=lambda h: h["id"])
-    reply = best[0]["text"] if best else "A person from support will answer shortly."
-    return ScriptedModel.final({"ticket_id": request.goal["ticket_id"], "reply": reply,
-                                "sources": [h["id"] for h in best]})
-
-
-def _search(request: ModelRequest) -> ModelTurn:
-    return ScriptedModel.calls(ToolCall(id="search", name="search_kb", arguments=request.goal))
-
-
-def _found(request: ModelRequest) -> ModelTurn:
-    told = request.tool_outputs()["search"]
-    return ScriptedModel.final({"hits": told["output"]["hits"] if told.get("ok") else []})
+def _cassette(agent: str) -> ReplayModel:
+    return ReplayModel(Path(__file__).with_name(f"{agent}.cassette.json"))
 
 
 triage = Agent(
     "triage",
     instructions="Triage the support ticket with triage_ticket, then report its topic and priority.",
-    model=ScriptedModel([_triage, _triaged], name="scripted:triage"),
+    model=_cassette("triage"),
     goal_schema={"type": "object", "required": ["ticket_id", "text"], "additionalProperties": False,
                  "properties": {"ticket_id": {"type": "string", "minLength": 1},
                                 "text": {"type": "string", "minLength": 1, "maxLength": 5000}}},
@@ -134,14 +114,16 @@ triage = Agent(
 resolver = Agent(
     "resolver",
     instructions="Answer the triaged ticket. Ask kb_search (delegate) for what the knowledge base says about its "
-                 "topic and its text, both at once, then reply citing the articles.",
-    model=ScriptedModel([_look_up, _answer], name="scripted:resolver"),
+                 "topic and about its text, both at once. Reply from the best article found for the text; give "
+                 "the articles found for the text as sources and those found for the topic as related.",
+    model=_cassette("resolver"),
     goal_schema={"type": "object", "required": ["ticket_id", "topic", "text"],
                  "properties": {"ticket_id": {"type": "string"}, "topic": {"type": "string"},
                                 "priority": {"type": "string"}, "text": {"type": "string"}}},
     result_schema={"type": "object", "required": ["ticket_id", "reply", "sources"],
                    "properties": {"ticket_id": {"type": "string"}, "reply": {"type": "string"},
-                                  "sources": {"type": "array", "items": {"type": "string"}}}},
+                                  "sources": {"type": "array", "items": ARTICLE},
+                                  "related": {"type": "array", "items": ARTICLE}}},
     delegates=["kb_search"],
     triggers=[Trigger(TICKET_TRIAGED, input={"ticket_id": "/ticket_id", "topic": "/topic", "priority": "/priority",
                                               "text": "/text"})],
@@ -151,10 +133,11 @@ resolver = Agent(
 kb_search = Agent(
     "kb_search",
     instructions="Search the knowledge base for the query with search_kb and return the hits.",
-    model=ScriptedModel([_search, _found], name="scripted:kb-search"),
+    model=_cassette("kb_search"),
     goal_schema={"type": "object", "required": ["query"],
                  "properties": {"query": {"type": "string", "minLength": 1}, "topic": {"type": "string"}}},
-    result_schema={"type": "object", "required": ["hits"], "properties": {"hits": {"type": "array"}}},
+    result_schema={"type": "object", "required": ["hits"],
+                   "properties": {"hits": {"type": "array", "items": ARTICLE}}},
     tools=[search_kb],
     limits=Limits(max_steps=3),
 )
