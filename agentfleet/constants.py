@@ -135,6 +135,9 @@ CANCEL_POLL_S: Final = 0.2
 KILL_GRACE_S: Final = 0.5
 SUBPROCESS_MAX_OUTPUT: Final = 32 * 1024 * 1024
 STDERR_KEPT: Final = 4096
+TOOL_EVENTS_FILE: Final = ".agentfleet-events.jsonl"  # in a subprocess tool's work directory ($AGENTFLEET_EVENTS)
+TOOL_EVENTS_MAX: Final = 100  # domain events one subprocess call may publish
+TOOL_EVENTS_MAX_BYTES: Final = 1024 * 1024
 REDIS_RETRY_S: Final = 1.0  # while Redis is unreachable, how long to skip it before trying again
 REDIS_SOCKET_TIMEOUT_S: Final = 0.5
 

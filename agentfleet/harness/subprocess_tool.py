@@ -12,6 +12,8 @@ The contract, for tool authors:
   ``{"error": {"code": "INVALID_ARGUMENTS", "message": "...", "hint": "..."}}`` to name a code;
 * environment: ``AGENTFLEET_RUN_ID``, ``AGENTFLEET_CALL_ID``, ``AGENTFLEET_IDEMPOTENCY_KEY``
   (pass it to outside systems that dedupe), ``AGENTFLEET_ATTEMPT``, plus what the tool declares;
+* domain events: append ``{"name": "ticket.triaged", "payload": {...}}`` lines to the file
+  ``$AGENTFLEET_EVENTS`` names; they are published once the call's step commits (harness/tool_events.py);
 * files: its own directory read-only at ``/sandbox/tool``, a private writable ``/sandbox/work`` (current directory).
 """
 
@@ -33,10 +35,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agentfleet import constants as C
 from agentfleet.errors import ConfigurationError, ErrorCode
+from agentfleet.harness import tool_events
 from agentfleet.harness.artifacts import content_ref
 from agentfleet.harness.health import Tier
 from agentfleet.harness.process import Exited, run_child
-from agentfleet.harness.sandbox import TOOLDIR, Sandbox, as_user, bwrap_argv, make_workdir, support, tool_env
+from agentfleet.harness.sandbox import TOOLDIR, WORKDIR, Sandbox, as_user, bwrap_argv, make_workdir, support, tool_env
 from agentfleet.harness.tool import LargeOutput, Produced, Tool, ToolContext, checked_schema, declare
 from agentfleet.loop.transcript import ToolResult
 
@@ -74,7 +77,8 @@ class SubprocessRunner:
                         extra={"tool": tool.name, "run_id": ctx.run_id})
         workdir = make_workdir(CALLS_ROOT, tool.name)
         try:
-            env = tool_env(self.sandbox) | _call_env(ctx)
+            events_file = f"{WORKDIR if sandboxed else workdir}/{C.TOOL_EVENTS_FILE}"
+            env = tool_env(self.sandbox) | _call_env(ctx) | {tool_events.ENV: events_file}
             if sandboxed:
                 argv = bwrap_argv(self.sandbox, workdir, self.directory, self.command(TOOLDIR), env=env)
                 cwd, child_env = None, {}
@@ -88,6 +92,12 @@ class SubprocessRunner:
                 return ToolResult.failure(ErrorCode.TOOL_UNAVAILABLE, f"{tool.name} could not be started: {exc}",
                                           "Do without this tool for now.", retryable=True)
             read = read_exit(tool, exited, self.sandbox, timeout_s, self.max_output)
+            events = tool_events.read_events(workdir, tool.name)
+            if isinstance(events, ToolResult):
+                return events if isinstance(read, Produced) else read
+            refused = tool_events.publish_events(ctx, events, succeeded=isinstance(read, Produced))
+            if refused is not None and isinstance(read, Produced):
+                return refused
             if self.sandbox.keep_workdir and isinstance(read, Produced):
                 kept = _tarball(workdir)
                 ref = {"ref": content_ref(kept), "kind": "workdir", "size": len(kept),

@@ -58,3 +58,16 @@ def test_an_event_breaking_its_schema_is_refused_and_the_tool_gets_invalid_argum
     seen = run.result["output"]["seen"]  # type: ignore[index]
     assert seen[0]["error_code"] == "INVALID_ARGUMENTS" and "priority" in seen[0]["message"]
     assert fleet.store.domain_events(run_id=run.run_id) == []
+
+
+def test_a_sandboxed_tools_events_come_back_through_its_events_file_and_trigger_runs(fleet: EmbeddedFleet) -> None:
+    run = wait_for_run(fleet.store, fleet.submit({"agent": "shipper", "input": {"parcels": ["P-1", "P-2"]}}))
+    assert run.state == RunState.SUCCEEDED and run.result["output"]["seen"][0]["ok"], run.result  # type: ignore[index]
+    recorded = eventually(lambda: (found := fleet.store.domain_events(run_id=run.run_id)) and len(found) == 2
+                          and found, timeout=10)
+    assert sorted(e["payload"]["parcel"] for e in recorded) == ["P-1", "P-2"]
+    started = [run_id_for("on_shipped", trigger_goal_id(e["event_id"], "on_shipped")) for e in recorded]
+    ended = [wait_for_run(fleet.store, eventually(lambda r=r: fleet.store.get_run(r) and r, timeout=10))
+             for r in started]
+    assert sorted(r.input["parcel"] for r in ended) == ["P-1", "P-2"]
+    assert all(r.state == RunState.SUCCEEDED and r.trace_id == run.trace_id for r in ended)

@@ -311,3 +311,69 @@ def test_the_private_tmp_is_bounded(tmp_path: Path) -> None:
                 sandbox=Sandbox(limits=ResourceLimits(tmp_mb=4)))
     result = run_tool(filler, {}, ctx(tmp_path), 10)
     assert result.ok and result.output == "No space left on device", result
+
+
+# Domain events from a tool in any language: one JSON object per line, {"name": ..., "payload": {...}}, appended
+# to the file $AGENTFLEET_EVENTS names; published once the call's step commits, as ctx.publish would.
+def announcer(lines: str, **options: Any) -> Tool:
+    return subprocess_tool("announce", ["bash", "-c", f"{lines}\necho '{{\"done\": true}}'"],
+                           description="announce (test)", schema={"type": "object"}, **options)
+
+
+def test_a_subprocess_tool_publishes_domain_events_through_its_events_file(tmp_path: Path) -> None:
+    c = ctx(tmp_path)
+    tool = announcer("""echo '{"name": "file.counted", "payload": {"lines": 3}}' >> "$AGENTFLEET_EVENTS"
+                        echo '{"name": "file.counted", "payload": {"lines": 4}}' >> "$AGENTFLEET_EVENTS" """)
+    result = run_tool(tool, {}, c, 10)
+    assert result.ok and result.output == {"done": True}, result
+    assert c.published == [("file.counted", {"lines": 3}), ("file.counted", {"lines": 4})]
+
+
+def test_a_sandboxed_python_tool_publishes_with_ctx_publish(tmp_path: Path) -> None:
+    from tests.fixtures.sandboxed_tools import ship
+
+    c = ctx(tmp_path)
+    result = run_tool(ship, {"parcels": ["P1", "P2"]}, c, 10)
+    assert result.ok and result.output == {"shipped": 2}, result
+    assert c.published == [("parcel.shipped", {"parcel": "P1"}), ("parcel.shipped", {"parcel": "P2"})]
+    refused = ctx(tmp_path)
+    said = run_tool(ship, {"parcels": [""]}, refused, 10)  # the child checks the schema as the executor does
+    assert said.error_code == ErrorCode.INVALID_ARGUMENTS and refused.published == []
+    assert [name for name, _, _ in refused.refused] == ["parcel.shipped"]  # to be dead-lettered with the reason
+
+
+def test_events_a_subprocess_tool_cannot_publish_fail_its_call_and_none_is_sent(tmp_path: Path) -> None:
+    from tests.fixtures.sandboxed_tools import PARCEL_SHIPPED
+
+    cases = {
+        "off-schema": (f"""echo '{{"name": "{PARCEL_SHIPPED}", "payload": {{"parcel": ""}}}}' \
+                           >> "$AGENTFLEET_EVENTS" """,
+                       ErrorCode.INVALID_ARGUMENTS, "parcel"),
+        "bad name": ("""echo '{"name": "Shouting.Name", "payload": {}}' >> "$AGENTFLEET_EVENTS" """,
+                     ErrorCode.INVALID_ARGUMENTS, "not an event name"),
+        "not JSON": ("""echo 'ok' >> "$AGENTFLEET_EVENTS" """, ErrorCode.INTERNAL, "line 1"),
+        "no payload": ("""echo '{"name": "a.b"}' >> "$AGENTFLEET_EVENTS" """, ErrorCode.INTERNAL, "line 1"),
+        "too many": ("""for i in $(seq 200); do echo '{"name": "a.b", "payload": {}}' >> "$AGENTFLEET_EVENTS"; done""",
+                     ErrorCode.RESPONSE_TOO_LARGE, "events"),
+        "too large": ("""head -c 2000000 /dev/zero | tr '\\0' 'x' >> "$AGENTFLEET_EVENTS" """,
+                      ErrorCode.RESPONSE_TOO_LARGE, "events"),
+    }
+    for case, (lines, code, said) in cases.items():
+        c = ctx(tmp_path)
+        result = run_tool(announcer(lines), {}, c, 10)
+        assert result.error_code == code and said in (result.message or ""), (case, result)
+        assert c.published == [], case
+        assert bool(c.refused) == (code == ErrorCode.INVALID_ARGUMENTS), case  # those are dead-lettered
+
+
+def test_events_file_swapped_for_a_symlink_is_not_followed(tmp_path: Path) -> None:
+    """Read by the executor outside the sandbox: a link to a file of the worker's must not be read."""
+    canary = Path.home() / f".agentfleet-canary-events-{os.getpid()}"
+    canary.write_text('{"name": "stolen.secret", "payload": {"secret": "CANARY"}}\n')
+    try:
+        c = ctx(tmp_path)
+        result = run_tool(announcer(f'ln -sf {canary} "$AGENTFLEET_EVENTS"'), {}, c, 10)
+    finally:
+        canary.unlink()
+    assert result.error_code == ErrorCode.INTERNAL and "not a regular file" in (result.message or ""), result
+    assert c.published == [] and "CANARY" not in json.dumps(result.model_dump())
