@@ -19,7 +19,7 @@ from agentfleet import constants as C
 from agentfleet import logs
 from agentfleet.config.agents import fleet_agents
 from agentfleet.config.settings import Settings, get_settings
-from agentfleet.errors import AgentfleetError, ConfigurationError, GoalRejected, ServiceUnreachable
+from agentfleet.errors import AgentfleetError, ConfigurationError, ErrorCode, GoalRejected, ServiceUnreachable
 from agentfleet.events.contracts import Goal, Result, ResultStatus
 
 if TYPE_CHECKING:
@@ -174,16 +174,18 @@ def _run_embedded(agent: str, body: dict[str, Any], swap: Callable[[Model], Mode
     return result
 
 
-def _settle_trace(store: Any, run_id: str, timeout: float, *, quiet: bool) -> None:
+def _settle_trace(store: Any, run_id: str, timeout: float, *, quiet: bool, shown_alone: bool = False) -> None:
     """Embedded, the fleet ends with this command: let the runs this goal started (delegated, triggered by
-    its events) finish first, and show them. Settled when every run of the trace has ended twice running."""
+    its events) finish first, and show them. Settled when every run of the trace has ended twice running.
+    ``shown_alone``: show the tree even when the run started nothing."""
     import time
 
     from agentfleet.loop.states import is_terminal
     from agentfleet.workers.trace import trace_lines, trace_of
 
     run = store.get_run(run_id)
-    if run is None or (len(store.runs_in_trace(run.trace_id)) < 2 and not store.domain_events(run_id=run_id)):
+    alone = run is not None and len(store.runs_in_trace(run.trace_id)) < 2
+    if run is None or (alone and not store.domain_events(run_id=run_id) and not shown_alone):
         return  # it started nothing: nothing to wait for
     deadline, settled, last = time.monotonic() + timeout, 0, None
     while settled < 2 and time.monotonic() < deadline:
@@ -193,7 +195,7 @@ def _settle_trace(store: Any, run_id: str, timeout: float, *, quiet: bool) -> No
         last = now_seen
         time.sleep(0.25)
     found = trace_of(store, run_id)
-    if quiet or found is None or len(store.runs_in_trace(run.trace_id)) < 2:
+    if quiet or found is None or (len(store.runs_in_trace(run.trace_id)) < 2 and not shown_alone):
         return
     lines = trace_lines(found)
     start = next((i for i, line in enumerate(lines) if line.startswith("runs of trace")), None)
@@ -201,6 +203,85 @@ def _settle_trace(store: Any, run_id: str, timeout: float, *, quiet: bool) -> No
         if line.startswith("end:"):
             break
         out.print(line, soft_wrap=True, markup=False, highlight=False)
+
+
+@app.command()
+def publish(
+    name: Annotated[str, typer.Argument(help="The event's name: routing key domain.<name>")],
+    payload: Annotated[str, typer.Option("--payload", help="The payload, a JSON object")] = "{}",
+    message_id: Annotated[str | None, typer.Option(
+        "--id", help="The event's message id: sent again with the same id, it is the same event "
+                     "(default: derived from the payload)")] = None,
+    embedded: Annotated[bool, typer.Option("--embedded", help="On an embedded fleet in this process, following "
+                                                              "the runs the event starts to their end")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print only JSON")] = False,
+    timeout: Annotated[float, typer.Option(help="Seconds to wait for the runs with --embedded")] = 600.0,
+) -> None:
+    """Publish a domain event as an outside system does: plain JSON to the inbox, routing key domain.<name>.
+
+    An event that breaks its schema is refused here (exit 1) before it is sent. Each agent whose trigger
+    names it starts one run per event id."""
+    from agentfleet.config.agents import fleet_agents
+    from agentfleet.events.domain import external_event_id, problems
+
+    data = _json_arg(payload, "--payload")
+    fleet_agents(get_settings())  # the fleet's modules declare the events' schemas
+    found = problems(name, data)
+    if found:
+        refusal = {"status": "rejected", "name": name, "error_code": ErrorCode.INPUT_INVALID.value,
+                   "message": f"domain event {name!r} refused: {'; '.join(found)}"}
+        print(json.dumps(refusal)) if as_json else err.print(f"[red]INPUT_INVALID[/]: {refusal['message']}")
+        raise typer.Exit(1)
+    body = json.dumps(data).encode()
+    event_id = external_event_id(name, message_id, body)
+    if embedded:
+        _publish_embedded(name, data, event_id, as_json, timeout)
+        return
+    from agentfleet.workers.client import FleetClient
+
+    with FleetClient(get_settings()) as client:
+        client.publish_event(name, body, message_id=message_id)
+    print(json.dumps({"name": name, "event_id": event_id})) if as_json else out.print(f"{name} {event_id}")
+
+
+def _publish_embedded(name: str, payload: dict[str, Any], event_id: str, as_json: bool, timeout: float) -> None:
+    """The event through an embedded fleet: the runs its triggers start, followed to their end and shown."""
+    import time
+
+    from agentfleet.events.domain import external_event, started_by
+    from agentfleet.loop.keys import run_id_for
+    from agentfleet.loop.states import is_terminal
+    from agentfleet.workers.embedded import EmbeddedFleet
+
+    settings = get_settings().with_profile("embedded")
+    logs.configure("WARNING" if settings.log_level != "DEBUG" else "DEBUG", settings.log_json)
+    with EmbeddedFleet(settings) as fleet:
+        store = fleet.store
+        new = not store.domain_events(event_id=event_id)
+        starts = started_by(fleet.runtime.agents.triggered_by(name), event_id, payload)
+        fleet.runtime.publisher.publish([external_event(name, event_id, payload)])
+        if not as_json:
+            out.print(f"{name} {event_id}" + ("" if new else " (already received: it starts nothing new)"))
+            for start in starts:
+                if start.problems:
+                    out.print(f"  {start.agent}: not started, its trigger's input breaks its goal schema: "
+                              f"{'; '.join(start.problems)}", markup=False)
+            if not starts:
+                out.print(f"  no agent's trigger names {name}")
+        run_ids = [run_id_for(s.agent, s.goal_id) for s in starts if not s.problems]
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and not all(
+                (run := store.get_run(r)) is not None and is_terminal(run.state) for r in run_ids):
+            time.sleep(0.1)
+        for run_id in run_ids[:1]:  # every triggered run shares the event's trace
+            _settle_trace(store, run_id, max(0.0, deadline - time.monotonic()), quiet=as_json, shown_alone=True)
+        runs = [run for r in run_ids if (run := store.get_run(r)) is not None]
+        if as_json:
+            print(json.dumps({"name": name, "event_id": event_id, "new": new, "runs": [
+                {"agent": r.agent, "run_id": r.run_id, **(r.result or {"status": r.state.value.lower()})}
+                for r in runs]}, default=str))
+    if len(runs) < len(run_ids):
+        raise typer.Exit(STILL_RUNNING)
 
 
 @app.command()

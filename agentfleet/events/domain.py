@@ -12,15 +12,18 @@ from __future__ import annotations
 import hashlib
 import re
 import threading
-from collections.abc import Callable, Mapping
+import uuid
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import jsonschema
 
 from agentfleet.errors import ConfigurationError
+from agentfleet.events.envelope import FLEET_RUN_ID, DomainEvent, Envelope, EventType
 from agentfleet.harness.policy import MISSING, argument
 from agentfleet.loop.decisions import schema_errors
+from agentfleet.loop.keys import derived_event_id
 
 NAME = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z0-9_]+)*$")
 
@@ -85,6 +88,42 @@ class Trigger:
             if value is not MISSING:
                 out[goal_field] = value
         return out
+
+
+def external_event_id(name: str, message_id: str | None, body: bytes) -> str:
+    """An outside event's id: from the message's ``message_id``, else from its body (sent twice, one event)."""
+    return event_id_for("external", name, message_id if message_id else hashlib.sha256(body).hexdigest())
+
+
+def external_event(name: str, event_id: str, payload: dict[str, Any]) -> Envelope:
+    """An outside event as the fleet handles it (its trace begins here: the runs it starts carry it)."""
+    return Envelope.new(EventType.DOMAIN_EVENT, FLEET_RUN_ID, DomainEvent(
+        name=name, event_id=event_id, payload=payload, source="external"), trace_id=uuid.uuid4().hex,
+        event_id=derived_event_id(event_id, "external"))
+
+
+@dataclass(frozen=True)
+class Started:
+    """What one trigger makes of an event: the goal of the run it starts, or why it starts none."""
+
+    agent: str
+    goal_id: str
+    input: dict[str, Any]
+    problems: list[str]
+
+
+def started_by(triggers: Iterable[tuple[Any, Trigger]], event_id: str, payload: dict[str, Any]) -> list[Started]:
+    """The runs an event's triggers start (``triggers``: (agent, trigger) pairs): one per (event id, agent).
+    A trigger whose input breaks its agent's goal schema, or whose function raises, starts none."""
+    out = []
+    for agent, trigger in triggers:
+        try:
+            made = trigger.goal_input(payload)
+            found = schema_errors(agent.goal_schema, made)
+        except Exception as exc:  # a trigger function that raises: its goal cannot be made
+            made, found = {}, [f"the trigger's input function raised {type(exc).__name__}: {exc}"]
+        out.append(Started(agent.name, trigger_goal_id(event_id, agent.name), made, found))
+    return out
 
 
 def trigger_goal_id(event_id: str, agent: str) -> str:

@@ -703,10 +703,12 @@ class Store:
             "event_id": event_id, "name": name, "payload": payload, "source": source, "run_id": run_id,
             "step_key": step_key, "trace_id": trace_id, "recorded_at": now()}, ["event_id"])
 
-    def domain_events(self, *, name: str | None = None, run_id: str | None = None, limit: int = 200
-                      ) -> list[dict[str, Any]]:
+    def domain_events(self, *, name: str | None = None, run_id: str | None = None, event_id: str | None = None,
+                      limit: int = 200) -> list[dict[str, Any]]:
         d = T.domain_events.c
         stmt = select(T.domain_events).order_by(d.recorded_at).limit(limit)
+        if event_id is not None:
+            stmt = stmt.where(d.event_id == event_id)
         if name is not None:
             stmt = stmt.where(d.name == name)
         if run_id is not None:

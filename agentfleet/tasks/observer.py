@@ -16,7 +16,7 @@ from sqlalchemy import Connection
 from agentfleet import constants as C
 from agentfleet.errors import RECOVERY_SUGGESTIONS, ErrorCode, MalformedEvent
 from agentfleet.events.contracts import Result, ResultStatus, ToolHealthNotice
-from agentfleet.events.domain import trigger_goal_id
+from agentfleet.events.domain import started_by
 from agentfleet.events.envelope import (
     ApprovalRequested,
     ApprovalResolved,
@@ -33,7 +33,7 @@ from agentfleet.events.envelope import (
     ToolHealthChanged,
     ToolRequested,
 )
-from agentfleet.loop.decisions import fan_in_complete, schema_errors, waits_on_people
+from agentfleet.loop.decisions import fan_in_complete, waits_on_people
 from agentfleet.loop.keys import DELEGATION_PREFIX, derived_event_id, run_id_for
 from agentfleet.loop.states import RunState, is_terminal
 from agentfleet.loop.transcript import ToolResult
@@ -248,24 +248,19 @@ def on_domain_event(step: Step) -> list[Envelope]:
 
 def triggered_goals(step: Step, event: DomainEvent) -> list[Envelope]:
     goals = []
-    for agent, trigger in step.rt.agents.triggered_by(event.name):
-        goal_id = trigger_goal_id(event.event_id, agent.name)
-        try:
-            made = trigger.goal_input(event.payload)
-            found = schema_errors(agent.goal_schema, made)
-        except Exception as exc:  # a trigger function that raises: its goal cannot be made
-            made, found = {}, [f"the trigger's input function raised {type(exc).__name__}: {exc}"]
-        if found:
+    for start in started_by(step.rt.agents.triggered_by(event.name), event.event_id, event.payload):
+        if start.problems:
             step.rt.publisher.dead_letter(
-                {"agent": agent.name, "goal_id": goal_id, "input": made},
-                reason=f"trigger {event.name} → {agent.name}: input breaks its goal schema: {'; '.join(found)}",
+                {"agent": start.agent, "goal_id": start.goal_id, "input": start.input},
+                reason=f"trigger {event.name} → {start.agent}: input breaks its goal schema: "
+                       f"{'; '.join(start.problems)}",
                 error_code=ErrorCode.INPUT_INVALID, source=f"trigger:{event.name}",
-                original_routing_key=f"{C.GOAL_ROUTING_PREFIX}{agent.name}")
+                original_routing_key=f"{C.GOAL_ROUTING_PREFIX}{start.agent}")
             continue
         cause = {"event": event.name, "event_id": event.event_id, "source": event.source,
                  "run_id": step.env.run_id if event.source == "run" else None}
-        payload = GoalSubmitted(agent=agent.name, goal_id=goal_id, input=made, cause=cause)
-        goals.append(Envelope.new(EventType.GOAL_SUBMITTED, run_id_for(agent.name, goal_id), payload,
+        payload = GoalSubmitted(agent=start.agent, goal_id=start.goal_id, input=start.input, cause=cause)
+        goals.append(Envelope.new(EventType.GOAL_SUBMITTED, run_id_for(start.agent, start.goal_id), payload,
                                   trace_id=step.env.trace_id, causation_id=step.env.event_id,
-                                  event_id=derived_event_id(event.event_id, "trigger", agent.name)))
+                                  event_id=derived_event_id(event.event_id, "trigger", start.agent)))
     return goals

@@ -12,6 +12,7 @@ from typing import Any
 from kombu import Consumer, Message, Queue
 
 from agentfleet.config.settings import Settings
+from agentfleet.constants import DOMAIN_ROUTING_PREFIX
 from agentfleet.events.contracts import Result
 from agentfleet.events.envelope import Envelope, EventType, RunCancelRequested
 from agentfleet.loop.keys import run_id_for
@@ -46,6 +47,12 @@ class FleetClient:
         self.rt.publisher.publish_json(self.rt.topology.inbox, f"goal.{body['agent']}", body,
                                        reply_to=reply_to, correlation_id=correlation_id,
                                        declare=[self.rt.topology.inbox_queue])
+
+    def publish_event(self, name: str, body: bytes, *, message_id: str | None = None) -> None:
+        """A domain event, as outside systems send it: its payload as plain JSON under ``domain.<name>``."""
+        self.rt.publisher.publish_json(self.rt.topology.inbox, f"{DOMAIN_ROUTING_PREFIX}{name}", body,
+                                       declare=[self.rt.topology.inbox_queue],
+                                       properties={"message_id": message_id} if message_id else None)
 
     def submit_and_wait(self, body: dict[str, Any], *, timeout_s: float,
                         on_tick: Callable[[], None] | None = None) -> Result | None:

@@ -8,9 +8,7 @@ the message is still unacked and comes back.
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import uuid
 from typing import Any
 
 from kombu import Message
@@ -19,10 +17,8 @@ from kombu.exceptions import OperationalError as BrokerUnreachable
 from agentfleet.constants import APPROVAL_RESOLVE_ROUTING_KEY, DOMAIN_ROUTING_PREFIX, GOAL_ROUTING_PREFIX
 from agentfleet.errors import AgentfleetError, ApprovalRefused, ErrorCode, GoalRejected
 from agentfleet.events.contracts import ApprovalAnswer, ApprovalResolve, Result, parse_plain, plain_object
-from agentfleet.events.domain import event_id_for, problems
-from agentfleet.events.envelope import FLEET_RUN_ID, DomainEvent, Envelope, EventType
+from agentfleet.events.domain import external_event, external_event_id, problems
 from agentfleet.events.wire import loads_strict
-from agentfleet.loop.keys import derived_event_id
 from agentfleet.tasks.admission import admit, goal_event
 from agentfleet.tasks.approvals import resolve
 from agentfleet.tasks.runtime import Runtime
@@ -104,12 +100,8 @@ class Inbox:
         if found:
             raise GoalRejected(f"domain event {name!r} refused: {'; '.join(found)}", code=ErrorCode.INPUT_INVALID)
         message_id = (message.properties or {}).get("message_id")
-        event_id = (event_id_for("external", name, message_id) if isinstance(message_id, str) and message_id
-                    else event_id_for("external", name, hashlib.sha256(body).hexdigest()))
-        envelope = Envelope.new(EventType.DOMAIN_EVENT, FLEET_RUN_ID, DomainEvent(
-            name=name, event_id=event_id, payload=payload, source="external"), trace_id=uuid.uuid4().hex,
-            event_id=derived_event_id(event_id, "external"))
-        self.rt.publisher.publish([envelope])
+        event_id = external_event_id(name, message_id if isinstance(message_id, str) else None, body)
+        self.rt.publisher.publish([external_event(name, event_id, payload)])
 
     def _answer(self, message: Message, body: bytes, reply_to: str | None, correlation_id: str | None) -> None:
         """An answer to an approval request. Who answered: the ``user_id`` property (the broker checks it

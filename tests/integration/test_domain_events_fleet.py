@@ -80,3 +80,22 @@ def test_the_support_chain_is_seen_by_a_plain_pika_consumer_in_causal_order(work
     lookups = [i for k, i in at.items() if k[0] == "run.completed" and k[1] == "kb_search"]
     assert triaged < resolver_end and all(i < resolver_end for i in lookups)  # a cause before its effects
     assert seen[triaged]["payload"]["topic"] == "billing" and seen[triaged]["source"] == "run"
+
+
+def test_agentfleet_publish_sends_an_outside_event_to_the_fleet(workers: WorkerProcs, store: Store) -> None:
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    start_fleet(workers)
+    payload = {"ticket": "CLI-1", "priority": "low"}
+    sent = subprocess.run([sys.executable, "-m", "agentfleet.cli", "publish", "case.triaged", "--payload",
+                           json.dumps(payload), "--id", "cli-event-1", "--json"],
+                          capture_output=True, text=True, cwd=ROOT, env=workers.env, timeout=60)
+    assert sent.returncode == 0, sent.stderr
+    event_id = json.loads(sent.stdout)["event_id"]
+    assert event_id == event_id_for("external", "case.triaged", "cli-event-1")  # as the inbox derives it
+    run_id = run_id_for("on_triage", trigger_goal_id(event_id, "on_triage"))
+    run = eventually(lambda: (r := store.get_run(run_id)) and r.state == RunState.SUCCEEDED and r, timeout=60)
+    assert run.input == payload and run.cause["source"] == "external"

@@ -37,3 +37,33 @@ def test_triage_publishes_resolver_starts_and_delegates_two_lookups_in_one_trace
         text = "\n".join(trace_lines(trace))
     assert f"runs of trace {triaged.trace_id}" in text
     assert "resolver" in text and "← event ticket.triaged (run)" in text and "← delegate call ask0" in text
+
+
+def test_an_outside_event_published_from_the_cli_starts_the_resolver_once_per_event_id(tmp_path: Path) -> None:
+    """``agentfleet publish NAME --embedded``: what an outside system sends to the inbox, on one machine."""
+    import json
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    def publish(payload: str, *extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "agentfleet.cli", "publish", "ticket.triaged", "--payload", payload,
+             "--embedded", *extra], capture_output=True, text=True, cwd=ROOT, timeout=120,
+            env={"PATH": "/usr/bin:/bin", "AGENTFLEET_EMBEDDED_DATABASE_URL": f"sqlite:///{tmp_path}/cli.db",
+                 "PYTHONPATH": str(ROOT), "AGENTFLEET_AGENTS": "agentfleet.examples.support", "COLUMNS": "300"})
+
+    ticket = json.dumps({"ticket_id": "T-7", "topic": "login", "priority": "normal",
+                         "text": "I forgot my password"})
+    shown = publish(ticket, "--id", "crm-42")
+    assert shown.returncode == 0, shown.stderr
+    assert "resolver" in shown.stdout and "← event ticket.triaged (external)" in shown.stdout, shown.stdout
+    assert shown.stdout.count("kb_search") == 2
+    again = publish(ticket, "--id", "crm-42", "--json")  # the same event id: it starts nothing new
+    said = json.loads(again.stdout)
+    assert again.returncode == 0 and said["name"] == "ticket.triaged" and said["new"] is False
+    [run] = said["runs"]
+    assert run["agent"] == "resolver" and run["status"] == "succeeded" and run["output"]["sources"][0]["id"] == "KB-3"
+    refused = publish(json.dumps({"ticket_id": "T-8", "topic": "weather"}), "--json")
+    assert refused.returncode == 1 and json.loads(refused.stdout)["error_code"] == "INPUT_INVALID", refused.stdout
