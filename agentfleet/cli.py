@@ -174,18 +174,16 @@ def _run_embedded(agent: str, body: dict[str, Any], swap: Callable[[Model], Mode
     return result
 
 
-def _settle_trace(store: Any, run_id: str, timeout: float, *, quiet: bool, shown_alone: bool = False) -> None:
+def _settle_trace(store: Any, run_id: str, timeout: float, *, quiet: bool) -> None:
     """Embedded, the fleet ends with this command: let the runs this goal started (delegated, triggered by
-    its events) finish first, and show them. Settled when every run of the trace has ended twice running.
-    ``shown_alone``: show the tree even when the run started nothing."""
+    its events) finish first, and show them. Settled when every run of the trace has ended twice running."""
     import time
 
     from agentfleet.loop.states import is_terminal
     from agentfleet.workers.trace import trace_lines, trace_of
 
     run = store.get_run(run_id)
-    alone = run is not None and len(store.runs_in_trace(run.trace_id)) < 2
-    if run is None or (alone and not store.domain_events(run_id=run_id) and not shown_alone):
+    if run is None or (len(store.runs_in_trace(run.trace_id)) < 2 and not store.domain_events(run_id=run_id)):
         return  # it started nothing: nothing to wait for
     deadline, settled, last = time.monotonic() + timeout, 0, None
     while settled < 2 and time.monotonic() < deadline:
@@ -195,7 +193,7 @@ def _settle_trace(store: Any, run_id: str, timeout: float, *, quiet: bool, shown
         last = now_seen
         time.sleep(0.25)
     found = trace_of(store, run_id)
-    if quiet or found is None or (len(store.runs_in_trace(run.trace_id)) < 2 and not shown_alone):
+    if quiet or found is None or len(store.runs_in_trace(run.trace_id)) < 2:
         return
     lines = trace_lines(found)
     start = next((i for i, line in enumerate(lines) if line.startswith("runs of trace")), None)
@@ -274,8 +272,11 @@ def _publish_embedded(name: str, payload: dict[str, Any], event_id: str, as_json
                 (run := store.get_run(r)) is not None and is_terminal(run.state) for r in run_ids):
             time.sleep(0.1)
         for run_id in run_ids[:1]:  # every triggered run shares the event's trace
-            _settle_trace(store, run_id, max(0.0, deadline - time.monotonic()), quiet=as_json, shown_alone=True)
+            _settle_trace(store, run_id, max(0.0, deadline - time.monotonic()), quiet=as_json)
         runs = [run for r in run_ids if (run := store.get_run(r)) is not None]
+        if not as_json and runs and len(store.runs_in_trace(runs[0].trace_id)) < 2:  # no tree was shown
+            for r in runs:
+                out.print(f"  {r.agent} {r.run_id} {r.state.value} {r.error_code or ''}", markup=False)
         if as_json:
             print(json.dumps({"name": name, "event_id": event_id, "new": new, "runs": [
                 {"agent": r.agent, "run_id": r.run_id, **(r.result or {"status": r.state.value.lower()})}

@@ -277,4 +277,10 @@ def load_agents(modules: Iterable[str], models: Mapping[str, str] | None = None,
         if missing:
             raise ConfigurationError(f"agent {agent.name!r} delegates to {', '.join(map(repr, missing))}, which no "
                                      f"loaded module declares (loaded: {', '.join(registry.names())})")
+        if agent.delegates:  # now that they are all known: tell its model what each delegate takes
+            from agentfleet.harness.delegate import delegate_tool
+
+            agent.tools[DELEGATE_TOOL] = delegate_tool(agent.delegates, {
+                d: (other.instructions, other.goal_schema) for d in agent.delegates
+                if (other := registry.get(d)) is not None})
     return registry.with_models(models or {}, wrap) if models or wrap else registry

@@ -5,19 +5,25 @@ The executor handles its calls (tasks/delegation.py): no function runs, a child 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from agentfleet.constants import DELEGATE_TOOL
 from agentfleet.errors import ErrorCode, ToolError
 from agentfleet.harness.tool import Tool, declare
 
+ABOUT_CHARS = 300  # of a delegate's instructions, in the tool's description
+SCHEMA_CHARS = 1200  # of its goal schema
+
 
 def _handled_by_the_executor(**_: Any) -> Any:
     raise ToolError("delegate runs only as a step of a fleet run", code=ErrorCode.INTERNAL)
 
 
-def delegate_tool(agents: Sequence[str]) -> Tool:
+def delegate_tool(agents: Sequence[str], described: Mapping[str, tuple[str, dict[str, Any]]] | None = None) -> Tool:
+    """The tool for delegating to ``agents``; ``described``: each one's instructions and goal schema, once the
+    fleet's agents are loaded. A model sees only the tool's spec: without them it can only guess the input."""
     names = list(dict.fromkeys(agents))
     schema = {
         "type": "object",
@@ -28,6 +34,15 @@ def delegate_tool(agents: Sequence[str]) -> Tool:
         "required": ["agent", "input"],
         "additionalProperties": False,
     }
-    return declare(DELEGATE_TOOL, f"Hand a task to another agent ({', '.join(names)}) and get its result back. "
-                                   "Several delegations in one turn run in parallel.", schema,
-                   func=_handled_by_the_executor)
+    said = (f"Hand a task to another agent ({', '.join(names)}) and get its result back. "
+            "Several delegations in one turn run in parallel.")
+    for name in names:
+        if described and name in described:
+            instructions, goal_schema = described[name]
+            said += (f"\n- {name}: {_short(instructions, ABOUT_CHARS)} Its input: "
+                     f"{_short(json.dumps(goal_schema, sort_keys=False), SCHEMA_CHARS)}")
+    return declare(DELEGATE_TOOL, said, schema, func=_handled_by_the_executor)
+
+
+def _short(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit - 1] + "…"

@@ -67,3 +67,16 @@ def test_an_outside_event_published_from_the_cli_starts_the_resolver_once_per_ev
     assert run["agent"] == "resolver" and run["status"] == "succeeded" and run["output"]["sources"][0]["id"] == "KB-3"
     refused = publish(json.dumps({"ticket_id": "T-8", "topic": "weather"}), "--json")
     assert refused.returncode == 1 and json.loads(refused.stdout)["error_code"] == "INPUT_INVALID", refused.stdout
+
+
+def test_the_delegate_tool_tells_a_real_model_what_each_agent_takes() -> None:
+    """A model sees only the tool's spec: without the child's goal schema it can only guess the input."""
+    from agentfleet.config.agents import load_agents
+
+    agents = load_agents(["agentfleet.examples.support"])
+    resolver = agents.get("resolver")
+    assert resolver is not None
+    [spec] = [s for s in resolver.tool_specs(list(resolver.tools)) if s["name"] == "delegate"]
+    said = spec["description"]
+    assert "kb_search" in said and "Search the knowledge base" in said  # what the agent does
+    assert '"query"' in said and '"required": ["query"]' in said  # and the input it takes
