@@ -71,3 +71,14 @@ def test_a_sandboxed_tools_events_come_back_through_its_events_file_and_trigger_
              for r in started]
     assert sorted(r.input["parcel"] for r in ended) == ["P-1", "P-2"]
     assert all(r.state == RunState.SUCCEEDED and r.trace_id == run.trace_id for r in ended)
+
+
+def test_a_call_that_fails_after_publishing_sends_none_of_its_events(fleet: EmbeddedFleet) -> None:
+    """Events are part of the call's outcome, as in the outbox of a transaction: a failed call has none."""
+    run = wait_for_run(fleet.store, fleet.submit({"agent": "hasty_triager",
+                                                  "input": {"ticket": "T-9", "priority": "high"}}))
+    assert run.state == RunState.SUCCEEDED and run.result["output"]["seen"][0]["ok"] is False  # type: ignore[index]
+    time.sleep(0.5)
+    assert fleet.store.domain_events(run_id=run.run_id) == []
+    assert [r for r in fleet.store.list_runs(agent="on_triage") if r.input == {"ticket": "T-9", "priority": "high"}
+            ] == []
