@@ -103,3 +103,24 @@ def test_a_policy_over_delegate_is_enforced_by_the_executor(fleet: EmbeddedFleet
     codes = sorted(str(s.get("error_code")) for s in run.result["output"]["seen"])  # type: ignore[index]
     assert codes == ["None", "None", "PERMISSION_DENIED"]
     assert [c.input for c in fleet.store.children(run.run_id)] == [{"q": "ok"}]
+
+
+def test_a_child_never_outlives_its_roots_deadline(fleet: EmbeddedFleet) -> None:
+    """The root waits (no plan, so no gate of its own) while its child is in a long tool call: the sweeper
+    ends the root at its deadline, and the child is cancelled with it, its tool stopped."""
+    from datetime import timedelta
+
+    from agentfleet.store.repository import now
+    from agentfleet.tasks.sweeper import sweep
+
+    root_id = fleet.submit({"agent": "patient", "input": {}, "limits": {"deadline_s": 3}})
+    child = eventually(lambda: next((c for c in fleet.store.children(root_id) if c.state == RunState.EXECUTING),
+                                    None), timeout=30)
+    assert child.limits["deadline_s"] <= 3  # what was left of the root's
+    assert fleet.store.get_run(root_id).state == RunState.WAITING_CHILDREN  # type: ignore[union-attr]
+    later = now() + timedelta(seconds=fleet.runtime.settings.stall_after_s + 60)
+    assert any(f.run_id == root_id and f.action == "expire" for f in sweep(fleet.runtime, at=later))
+    root = wait_for_run(fleet.store, root_id)
+    assert (root.state, root.error_code) == (RunState.FAILED, "DEADLINE")
+    ended = wait_for_run(fleet.store, child.run_id, timeout=15)  # counting 80 would take 4 s more; it stops
+    assert ended.state == RunState.CANCELLED and "parent run" in ended.result["message"]  # type: ignore[index]
