@@ -915,9 +915,18 @@ def health(as_json: Annotated[bool, typer.Option("--json", help="Print JSON")] =
 def schema() -> None:
     """Print the public wire contracts (goal, approval answer, Result, public notices) as JSON Schema, for
     non-Python clients."""
-    from agentfleet.events.contracts import ApprovalAnswer, ApprovalNotice, ApprovalResolve, ToolHealthNotice
+    from agentfleet.events.contracts import (
+        ApprovalAnswer,
+        ApprovalNotice,
+        ApprovalResolve,
+        DomainNotice,
+        RunNotice,
+        ToolHealthNotice,
+    )
 
     print(json.dumps({"goal": Goal.model_json_schema(), "result": Result.model_json_schema(),
+                      "run.completed|run.failed": RunNotice.model_json_schema(),
+                      "domain.<name>": DomainNotice.model_json_schema(),
                       "approval.resolve": ApprovalResolve.model_json_schema(),
                       "approval.answer": ApprovalAnswer.model_json_schema(),
                       "approval.requested|approval.resolved": ApprovalNotice.model_json_schema(),

@@ -136,6 +136,28 @@ class ToolHealthNotice(BaseModel):
     by: str  # the worker that saw it (host:pid)
 
 
+class RunNotice(Result):
+    """A run's end: plain JSON on ``<ns>.public``, routing key ``run.completed`` or ``run.failed``. Its Result,
+    the trace it belongs to and, for a delegated run, its parent's run and call: enough for any AMQP client
+    to draw the tree of agents a goal became."""
+
+    type: Literal["run.completed", "run.failed"]
+    trace_id: str
+    parent_run_id: str | None = None
+    parent_call_id: str | None = None
+
+
+class DomainNotice(BaseModel):
+    """A domain event as recorded: plain JSON on ``<ns>.public``, routing key ``domain.<name>``."""
+
+    type: str  # domain.<name>
+    event_id: str
+    payload: dict[str, Any]
+    source: Literal["run", "external"]
+    run_id: str | None = None  # the run whose step published it (source "run")
+    trace_id: str
+
+
 Decision = Literal["approved", "denied", "expired"]
 
 

@@ -31,3 +31,11 @@ def child_goal_id(parent_run_id: str, call_id: str) -> str:
 
 
 DELEGATION_PREFIX = "delegation/"  # a delegated run's goal id starts so
+
+
+def parent_of(goal_id: str | None) -> tuple[str, str] | None:
+    """The parent's run and call a delegated run's goal id names (``child_goal_id`` read back), else None."""
+    if not goal_id or not goal_id.startswith(DELEGATION_PREFIX):
+        return None
+    run_id, _, call_id = goal_id[len(DELEGATION_PREFIX):].partition("/")
+    return (run_id, call_id) if run_id and call_id else None

@@ -15,7 +15,7 @@ from sqlalchemy import Connection
 
 from agentfleet import constants as C
 from agentfleet.errors import RECOVERY_SUGGESTIONS, ErrorCode, MalformedEvent
-from agentfleet.events.contracts import Result, ResultStatus, ToolHealthNotice
+from agentfleet.events.contracts import DomainNotice, Result, ResultStatus, RunNotice, ToolHealthNotice
 from agentfleet.events.domain import started_by
 from agentfleet.events.envelope import (
     ApprovalRequested,
@@ -34,7 +34,7 @@ from agentfleet.events.envelope import (
     ToolRequested,
 )
 from agentfleet.loop.decisions import fan_in_complete, waits_on_people
-from agentfleet.loop.keys import DELEGATION_PREFIX, derived_event_id, run_id_for
+from agentfleet.loop.keys import derived_event_id, parent_of, run_id_for
 from agentfleet.loop.states import RunState, is_terminal
 from agentfleet.loop.transcript import ToolResult
 from agentfleet.store.repository import RunRecord
@@ -190,8 +190,11 @@ def on_run_ended(step: Step) -> list[Envelope]:
         publisher.reply(reply_to, correlation_id or None, result)
     if result.status != ResultStatus.SUCCEEDED:  # tools of a run that ended early may still run: stop them
         step.rt.stops.mark(step.env.run_id, f"{result.status}: {result.error_code}")
-    if not ended.redelivery:
-        publisher.publish_public(str(step.env.type), ended.result, step.env.run_id)
+    if not ended.redelivery:  # with what an outside consumer needs to draw the tree (no query: ids say it)
+        parent_run_id, parent_call_id = parent_of(result.goal_id) or (None, None)
+        notice = RunNotice.model_validate({**ended.result, "type": str(step.env.type), "trace_id": step.env.trace_id,
+                                           "parent_run_id": parent_run_id, "parent_call_id": parent_call_id})
+        publisher.publish_public(notice.type, notice.model_dump(mode="json"), step.env.run_id)
     with store.tx() as conn:
         store.mark_replied(conn, [p[0] for p in pending])
         events: list[Envelope] = []
@@ -199,7 +202,7 @@ def on_run_ended(step: Step) -> list[Envelope]:
         # Only a run of an agent that delegates can have children, and only a delegated run has a parent to
         # answer (its goal id says so): any other run's end costs no query here.
         may_have_children = agent is None or bool(agent.delegates)
-        delegated = (result.goal_id or "").startswith(DELEGATION_PREFIX)
+        delegated = parent_of(result.goal_id) is not None
         run = (store.get_run(step.env.run_id, conn) if not ended.redelivery and (may_have_children or delegated)
                else None)
         if run is not None:  # a delegated run answers its parent's call; a run that ended stops its children
@@ -239,10 +242,11 @@ def on_domain_event(step: Step) -> list[Envelope]:
         goals = triggered_goals(step, event) if first else []
         events = step.commit(conn, goals)
     if first:  # after the commit; a redelivery before it mirrors again (at least once, like every notice)
-        publisher.publish_json(publisher.topology.public, f"{C.DOMAIN_ROUTING_PREFIX}{event.name}", {
-            "type": f"{C.DOMAIN_ROUTING_PREFIX}{event.name}", "event_id": event.event_id, "payload": event.payload,
-            "source": event.source, "run_id": step.env.run_id if event.source == "run" else None,
-            "trace_id": step.env.trace_id}, declare=[publisher.topology.public])
+        notice = DomainNotice(type=f"{C.DOMAIN_ROUTING_PREFIX}{event.name}", event_id=event.event_id,
+                              payload=event.payload, source=event.source,
+                              run_id=step.env.run_id if event.source == "run" else None, trace_id=step.env.trace_id)
+        publisher.publish_json(publisher.topology.public, notice.type, notice.model_dump(mode="json"),
+                               declare=[publisher.topology.public])
     return events
 
 

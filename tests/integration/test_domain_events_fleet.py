@@ -80,6 +80,13 @@ def test_the_support_chain_is_seen_by_a_plain_pika_consumer_in_causal_order(work
     lookups = [i for k, i in at.items() if k[0] == "run.completed" and k[1] == "kb_search"]
     assert triaged < resolver_end and all(i < resolver_end for i in lookups)  # a cause before its effects
     assert seen[triaged]["payload"]["topic"] == "billing" and seen[triaged]["source"] == "run"
+    # Enough to draw the tree without agentfleet's code: every end names its trace, and a delegated run its
+    # parent's run and call.
+    [resolver] = [m for m in ends if m["agent"] == "resolver"]
+    assert {m["trace_id"] for m in ends} == {seen[triaged]["trace_id"]}
+    assert sorted((m.get("parent_run_id"), m.get("parent_call_id")) for m in ends if m["agent"] == "kb_search") == [
+        (resolver["run_id"], "ask0"), (resolver["run_id"], "ask1")]
+    assert all(m["parent_run_id"] is None for m in ends if m["agent"] != "kb_search")
 
 
 def test_agentfleet_publish_sends_an_outside_event_to_the_fleet(workers: WorkerProcs, store: Store) -> None:

@@ -226,3 +226,10 @@ def test_what_a_child_may_spend_is_what_is_left_shared_among_the_siblings_starte
     assert isinstance(too_thin, Termination) and too_thin.code == ErrorCode.MAX_STEPS
     spent = remaining(limits, Usage(input_tokens=1000), 2, 10.0)
     assert isinstance(spent, Termination) and spent.code == ErrorCode.TOKEN_BUDGET
+
+
+def test_a_delegated_goal_id_names_its_parent_and_no_other_does() -> None:
+    from agentfleet.loop.keys import child_goal_id, parent_of
+
+    assert parent_of(child_goal_id("run-1", "call/with/slashes")) == ("run-1", "call/with/slashes")
+    assert [parent_of(g) for g in (None, "", "g-1", "delegation/", "delegation/run-1", "trigger/e/a")] == [None] * 6
