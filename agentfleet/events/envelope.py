@@ -102,6 +102,7 @@ class ParentCall(_Payload):
     iteration: int
     call_id: str
     sibling_call_ids: list[str]
+    ancestors: list[str] = Field(default_factory=list)  # the root first, down to this parent: one budget
 
 
 class GoalSubmitted(_Payload):
@@ -122,7 +123,6 @@ class ToolRequested(_Payload):
     sibling_call_ids: list[str]  # every call of this iteration, for the observer's fan-in
     idempotency_key: str
     approval_id: str | None = None  # sent again once a person answered: the answer decides, not the policy
-    delegations: int = Field(default=1, ge=1, le=10_000)  # a delegate call's siblings that also start children
 
 
 class ToolFinished(_Payload):
@@ -136,7 +136,6 @@ class ToolFinished(_Payload):
     result: ToolResult
     attempt: int = 1
     worker: str | None = None
-    child_usage: dict[str, Any] | None = None  # a delegation's answer: what the child run spent (the tree's)
 
 
 class Observation(_Payload):

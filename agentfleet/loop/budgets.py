@@ -60,8 +60,8 @@ class Termination:
 
 def check_gates(limits: Limits, usage: Usage, iteration: int, elapsed_s: float, steps_used: int = 0
                 ) -> Termination | None:
-    """Gates checked before each model call; the first that trips names the ending. ``steps_used`` counts
-    the steps of the run's finished children too (one budget per tree)."""
+    """Gates checked before each model call; the first that trips names the ending. ``steps_used`` and
+    ``usage`` count the turns of the run's descendants too, as they are recorded (one budget per tree)."""
     if max(iteration, steps_used) >= limits.max_steps:
         return Termination(ErrorCode.MAX_STEPS, f"reached max_steps={limits.max_steps} without a final answer")
     if usage.total_tokens >= limits.max_tokens:
@@ -77,22 +77,35 @@ def check_gates(limits: Limits, usage: Usage, iteration: int, elapsed_s: float, 
     return None
 
 
-def remaining(limits: Limits, usage: Usage, steps_used: int, elapsed_s: float, *, shares: int = 1
-              ) -> Limits | Termination:
+@dataclass(frozen=True)
+class TreeLevel:
+    """One ancestor of a delegated run, as its gate sees it: its limits, and what its whole subtree has spent
+    so far (each model turn of a descendant is added to every ancestor as it is recorded)."""
+
+    label: str  # how a person is told which level ran out: "run <id> (<agent>)"
+    limits: Limits
+    usage: Usage
+    steps_used: int
+    elapsed_s: float
+
+
+def check_tree(levels: list[TreeLevel]) -> Termination | None:
+    """The tree's gates, checked before a delegated run's model call: the first ancestor (the root first)
+    whose subtree has spent its limits stops the run, with the same code a single run gets. Siblings draw
+    on one budget, so the one that needs more may use what another left."""
+    for level in levels:
+        gate = check_gates(level.limits, level.usage, 0, level.elapsed_s, level.steps_used)
+        if gate is not None:
+            return Termination(gate.code, f"the tree's budget, at {level.label}: {gate.message}")
+    return None
+
+
+def remaining(limits: Limits, usage: Usage, steps_used: int, elapsed_s: float) -> Limits | Termination:
     """What a child started now may spend: what is left of ``limits`` (its own agent's limits can only
-    tighten it), or the gate that has already tripped. ``shares``: the children started together (one
-    turn's delegations) split what is left evenly, so the tree never spends past its root's limits even
-    when they all run at once; the price is that one sibling cannot use another's unspent share."""
+    tighten it), or the gate that has already tripped."""
     gate = check_gates(limits, usage, 0, elapsed_s, steps_used)
     if gate is not None:
         return gate
-    steps = (limits.max_steps - steps_used) // shares
-    tokens = (limits.max_tokens - usage.total_tokens) // shares
-    if steps < 1:
-        return Termination(ErrorCode.MAX_STEPS, f"{limits.max_steps - steps_used} steps left cannot go to "
-                                                f"{shares} children")
-    if tokens < 1:
-        return Termination(ErrorCode.TOKEN_BUDGET, f"{limits.max_tokens - usage.total_tokens} tokens left "
-                                                   f"cannot go to {shares} children")
-    return Limits(max_steps=steps, max_tokens=tokens, max_cost_usd=(limits.max_cost_usd - usage.cost_usd) / shares,
-                  deadline_s=limits.deadline_s - elapsed_s, max_repairs=limits.max_repairs)
+    return Limits(max_steps=limits.max_steps - steps_used, max_tokens=limits.max_tokens - usage.total_tokens,
+                  max_cost_usd=limits.max_cost_usd - usage.cost_usd, deadline_s=limits.deadline_s - elapsed_s,
+                  max_repairs=limits.max_repairs)

@@ -93,6 +93,13 @@ class RunRecord:
     def elapsed_s(self) -> float:
         return (now() - self.created_at).total_seconds()
 
+    @property
+    def ancestors(self) -> list[str]:
+        """The runs above a delegated run, the root first: each counts this run's spend in its own."""
+        if not self.parent:
+            return []
+        return list(self.parent.get("ancestors") or [self.parent["run_id"]])
+
 
 @dataclass(frozen=True)
 class StepRecord:
@@ -676,16 +683,25 @@ class Store:
         with self.engine.connect() as conn:
             return [RunRecord.from_row(r) for r in conn.execute(stmt).all()]
 
-    def add_spend(self, conn: Connection, run_id: str, *, steps: int, input_tokens: int, output_tokens: int,
-                  cost_usd: float, cached_input_tokens: int = 0, unpriced: bool = False) -> None:
-        """Count a finished child's spend in its parent's (one budget per tree); no state change."""
+    def add_spend(self, conn: Connection, run_ids: list[str], usage: Usage, steps: int = 1) -> None:
+        """Count a delegated run's model turn in each of its ancestors' spend, in the transaction that records
+        the turn (once, however often the step is retried): one budget per tree, live. No state change."""
         r = T.runs.c
-        values: dict[str, Any] = dict(steps_used=r.steps_used + steps, input_tokens=r.input_tokens + input_tokens,
-                                      output_tokens=r.output_tokens + output_tokens, cost_usd=r.cost_usd + cost_usd,
-                                      cached_input_tokens=r.cached_input_tokens + cached_input_tokens)
-        if unpriced:
+        values: dict[str, Any] = dict(steps_used=r.steps_used + steps,
+                                      input_tokens=r.input_tokens + usage.input_tokens,
+                                      output_tokens=r.output_tokens + usage.output_tokens,
+                                      cost_usd=r.cost_usd + usage.cost_usd,
+                                      cached_input_tokens=r.cached_input_tokens + usage.cached_input_tokens)
+        if usage.unpriced:
             values["unpriced"] = True
-        conn.execute(update(T.runs).where(r.run_id == run_id).values(**values))
+        conn.execute(update(T.runs).where(r.run_id.in_(run_ids)).values(**values))
+
+    def get_runs(self, run_ids: list[str]) -> list[RunRecord]:
+        """Several runs in one query, in the order asked (those not found left out)."""
+        with self.engine.connect() as conn:
+            found = {r.run_id: r for r in map(RunRecord.from_row, conn.execute(
+                select(T.runs).where(T.runs.c.run_id.in_(run_ids))).all())}
+        return [found[i] for i in run_ids if i in found]
 
     def delegated_calls(self, conn: Connection, run_id: str, iteration: int) -> set[str]:
         """Calls of an iteration handed to child runs, whose answers have not all come back."""

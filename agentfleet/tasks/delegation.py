@@ -7,8 +7,9 @@ them, so a redelivered call names the same child run) and marks the call's step
 Result into the parent call's tool result, and it fans in with the iteration's other
 calls. The child sees only the input it was given; the parent gets back only the
 child's validated output (or its error code), never its transcript. Every descendant
-spends from the root's limits: a child starts with what remains (the delegations of one
-turn split it evenly), and its spend is added to its parent's when it ends.
+spends from the root's limits: a child starts with what remains, each of its model
+turns is counted in every ancestor's spend as it is recorded, and before each turn it
+checks every ancestor's limits too (siblings draw on one budget, live).
 """
 
 from __future__ import annotations
@@ -42,10 +43,8 @@ DELEGATED = "delegated"  # a step whose call a child run answers
 CHILD_FAILED_HINT = "Decide with this: call the agent again with a better input, ask another agent, or give up."
 
 
-def refusal(step: Step, parent: RunRecord, agent: Agent, arguments: dict[str, Any], shares: int = 1
-            ) -> ToolResult | None:
-    """Why this delegation cannot start (a structured result for the model), or None: it can. ``shares``: the
-    delegations of the same turn, which split what is left of the budget."""
+def refusal(step: Step, parent: RunRecord, agent: Agent, arguments: dict[str, Any]) -> ToolResult | None:
+    """Why this delegation cannot start (a structured result for the model), or None: it can."""
     child_name = arguments.get("agent")
     child = step.rt.agent(child_name) if isinstance(child_name, str) else None
     if child_name not in agent.delegates or child is None:
@@ -56,34 +55,29 @@ def refusal(step: Step, parent: RunRecord, agent: Agent, arguments: dict[str, An
         return ToolResult.failure(ErrorCode.INPUT_INVALID, f"the input breaks {child.name}'s goal schema: "
                                                            f"{'; '.join(problems)}",
                                   f"Pass {child.name} an input matching its goal schema.")
-    budget = child_limits(parent, shares)
+    budget = child_limits(parent)
     if isinstance(budget, Termination):
         return ToolResult.failure(budget.code, f"nothing left to give {child.name}: {budget.message}")
     return None
 
 
-def child_limits(parent: RunRecord, shares: int = 1) -> Limits | Termination:
-    return remaining(Limits.model_validate(parent.limits), parent.usage, parent.steps_used, parent.elapsed_s(),
-                     shares=shares)
+def child_limits(parent: RunRecord) -> Limits | Termination:
+    return remaining(Limits.model_validate(parent.limits), parent.usage, parent.steps_used, parent.elapsed_s())
 
 
 def child_goal(step: Step, parent: RunRecord, iteration: int, call: ToolCall, sibling_call_ids: list[str],
-               arguments: dict[str, Any], shares: int = 1) -> Envelope:
+               arguments: dict[str, Any]) -> Envelope:
     """The child's goal, to commit with the call's step marked ``delegated`` (its id derived from the call)."""
-    budget = child_limits(parent, shares)
+    budget = child_limits(parent)
     assert isinstance(budget, Limits), "refusal() checked the budget"
     goal = GoalSubmitted(agent=arguments["agent"], goal_id=child_goal_id(parent.run_id, call.id),
                          input=arguments["input"], limits=budget.model_dump(exclude={"max_repairs"}),
                          parent=ParentCall(run_id=parent.run_id, agent=parent.agent, iteration=iteration,
-                                           call_id=call.id, sibling_call_ids=sibling_call_ids))
+                                           call_id=call.id, sibling_call_ids=sibling_call_ids,
+                                           ancestors=[*parent.ancestors, parent.run_id]))
     return Envelope.new(EventType.GOAL_SUBMITTED, run_id_for(goal.agent, goal.goal_id), goal,
                         trace_id=step.env.trace_id, causation_id=step.env.event_id,
                         event_id=derived_event_id(parent.run_id, "delegation", iteration, call.id))
-
-
-def delegations_in(agent: Agent | None, calls: list[ToolCall]) -> int:
-    """How many of a turn's calls start children (they share what is left of the budget)."""
-    return sum(1 for c in calls if c.name == DELEGATE_TOOL) if agent is not None and agent.delegates else 0
 
 
 def planner_hands_off(step: Step, agent: Agent, call: ToolCall) -> bool:
@@ -96,18 +90,17 @@ def planner_hands_off(step: Step, agent: Agent, call: ToolCall) -> bool:
 
 
 def hand_off_from_planner(step: Step, conn: Connection, parent: RunRecord, agent: Agent, iteration: int,
-                          call: ToolCall, sibling_call_ids: list[str], shares: int = 1
-                          ) -> tuple[list[Envelope], bool]:
+                          call: ToolCall, sibling_call_ids: list[str]) -> tuple[list[Envelope], bool]:
     """Start a delegated call's child (or answer why not) in the planner's transaction: its events, and
     whether a child was started. The call's step is recorded as the executor would have (same key)."""
     key = idempotency_key(parent.run_id, iteration, "tool", call.id)
-    refused = _bound_refusal(step, parent, agent, call.arguments, shares)
+    refused = _bound_refusal(step, parent, agent, call.arguments)
     if refused is None:
         step.rt.store.record_step(conn, key=key, run_id=parent.run_id, iteration=iteration, call_id=call.id,
                                   name=call.name, input=call.arguments, worker=step.worker, status=DELEGATED,
                                   output={"child_run_id": run_id_for(call.arguments["agent"],
                                                                      child_goal_id(parent.run_id, call.id))})
-        return [child_goal(step, parent, iteration, call, sibling_call_ids, call.arguments, shares)], True
+        return [child_goal(step, parent, iteration, call, sibling_call_ids, call.arguments)], True
     step.rt.store.record_step(conn, key=key, run_id=parent.run_id, iteration=iteration, call_id=call.id,
                               name=call.name, input=call.arguments, worker=step.worker, status="failed",
                               output=refused.model_dump(mode="json"))
@@ -116,13 +109,12 @@ def hand_off_from_planner(step: Step, conn: Connection, parent: RunRecord, agent
     return [step.event(EventType.TOOL_FAILED, finished, key=(iteration, call.id, "finished"))], False
 
 
-def _bound_refusal(step: Step, parent: RunRecord, agent: Agent, arguments: dict[str, Any], shares: int
-                   ) -> ToolResult | None:
+def _bound_refusal(step: Step, parent: RunRecord, agent: Agent, arguments: dict[str, Any]) -> ToolResult | None:
     try:
         bound = agent.tools[DELEGATE_TOOL].bind(arguments)
     except ToolError as exc:
         return ToolResult.failure(exc.code, exc.message, exc.hint)
-    return refusal(step, parent, agent, bound, shares)
+    return refusal(step, parent, agent, bound)
 
 
 def answer_parent(step: Step, child: RunRecord, result: Result) -> list[Envelope]:
@@ -138,11 +130,7 @@ def answer_parent(step: Step, child: RunRecord, result: Result) -> list[Envelope
             f"{child.agent} run {child.run_id} {result.status}: {result.message or result.error_code}",
             CHILD_FAILED_HINT)
     finished = ToolFinished(agent=parent.agent, iteration=parent.iteration, call_id=parent.call_id,
-                            tool="delegate", sibling_call_ids=parent.sibling_call_ids, result=told,
-                            child_usage={"steps": child.steps_used, "input_tokens": child.input_tokens,
-                                         "output_tokens": child.output_tokens, "cost_usd": child.cost_usd,
-                                         "cached_input_tokens": child.cached_input_tokens,
-                                         "unpriced": child.unpriced})
+                            tool="delegate", sibling_call_ids=parent.sibling_call_ids, result=told)
     kind = EventType.TOOL_COMPLETED if told.ok else EventType.TOOL_FAILED
     return [Envelope.new(kind, parent.run_id, finished, trace_id=step.env.trace_id, causation_id=step.env.event_id,
                          event_id=derived_event_id(child.run_id, "answer-parent"))]

@@ -127,11 +127,10 @@ def _delegate(step: Step, req: ToolRequested, key: str, arguments: dict[str, Any
     assert agent is not None
     if parent is None:
         raise AgentfleetError(f"delegation from run {step.env.run_id}, which is not in the store")
-    refused = delegation.refusal(step, parent, agent, arguments, req.delegations)
+    refused = delegation.refusal(step, parent, agent, arguments)
     if refused is not None:
         return refused
-    goal = delegation.child_goal(step, parent, req.iteration, req.call, req.sibling_call_ids, arguments,
-                                 req.delegations)
+    goal = delegation.child_goal(step, parent, req.iteration, req.call, req.sibling_call_ids, arguments)
     started = step.event(EventType.DELEGATION_STARTED, DelegationStarted(  # the parent may now wait
         agent=parent.agent, iteration=req.iteration, call_id=req.call.id, child_run_id=goal.run_id,
         sibling_call_ids=req.sibling_call_ids), key=(req.iteration, req.call.id, "delegated"))

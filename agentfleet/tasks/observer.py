@@ -54,12 +54,6 @@ def on_tool_finished(step: Step) -> list[Envelope]:
         if run is None or run.state not in _FANNING_IN or run.iteration != done.iteration:
             log.info("late tool result ignored", extra={"call_id": done.call_id, "state": run and run.state})
             return step.commit(conn, [])
-        if done.child_usage:  # a delegation's answer: the child's spend is the tree's, counted in its parent
-            u = done.child_usage
-            store.add_spend(conn, run.run_id, steps=u["steps"], input_tokens=u["input_tokens"],
-                            output_tokens=u["output_tokens"], cost_usd=u["cost_usd"],
-                            cached_input_tokens=u.get("cached_input_tokens", 0), unpriced=u.get("unpriced", False))
-            run = store.get_run(run.run_id, conn, lock=True) or run
         store.record_observation(conn, run_id=run.run_id, iteration=done.iteration, call_id=done.call_id,
                                  tool=done.tool, result=done.result.model_dump(mode="json"))
         received = {o["call_id"]: o for o in store.observations(conn, run.run_id, done.iteration)}

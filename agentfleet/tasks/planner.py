@@ -27,14 +27,14 @@ from agentfleet.events.envelope import (
 )
 from agentfleet.harness.gate import Offer
 from agentfleet.hooks.base import Hooks, ModelCallInfo
-from agentfleet.loop.budgets import Limits, check_gates
+from agentfleet.loop.budgets import Limits, Termination, TreeLevel, check_gates, check_tree
 from agentfleet.loop.decisions import Dispatch, Fail, Finish, Repair, decide, plan_signatures, schema_errors
 from agentfleet.loop.keys import idempotency_key
 from agentfleet.loop.states import RunState, is_terminal
 from agentfleet.loop.transcript import Message, ModelTurn
 from agentfleet.models.base import ModelRequest
 from agentfleet.models.retrying import RetryPolicy, with_retries
-from agentfleet.store.repository import RunRecord
+from agentfleet.store.repository import RunRecord, Store
 from agentfleet.tasks import delegation
 from agentfleet.tasks.admission import check_conflict
 from agentfleet.tasks.base import Step, end_run, result_of
@@ -123,7 +123,7 @@ def _plan(step: Step, agent: Agent, run: RunRecord, *, iteration: int, new_messa
     with store.step_lock(key) as held:
         if not held:
             raise InFlight(f"plan step {key} is being planned elsewhere")
-        gate = check_gates(limits, run.usage, iteration, run.elapsed_s(), run.steps_used)
+        gate = check_gates(limits, run.usage, iteration, run.elapsed_s(), run.steps_used) or _tree_gate(store, run)
         if gate is not None:
             return _end(step, run, new_messages, iteration, None, ResultStatus.FAILED, gate.code, gate.message)
         offer = step.rt.dispatch.offer(list(agent.tools.values()))
@@ -167,6 +167,14 @@ def _plan(step: Step, agent: Agent, run: RunRecord, *, iteration: int, new_messa
                 raise CommitPending({"turn": planned.turn.model_dump(mode="json"),
                                      "duration_ms": planned.duration_ms}, exc) from exc
             raise
+
+
+def _tree_gate(store: Store, run: RunRecord) -> Termination | None:
+    """A delegated run also stops when an ancestor's subtree has spent that ancestor's limits (one query)."""
+    if not run.ancestors:
+        return None
+    return check_tree([TreeLevel(f"run {a.run_id} ({a.agent})", Limits.model_validate(a.limits), a.usage,
+                                 a.steps_used, a.elapsed_s()) for a in store.get_runs(run.ancestors)])
 
 
 def _checkpointed_offer(recorded: object, current: Offer) -> Offer:
@@ -221,12 +229,15 @@ def _usage_fields(run: RunRecord, turn: ModelTurn | None) -> dict[str, object]:
 
 def _checkpoint(step: Step, conn: Connection, run: RunRecord, iteration: int, new_messages: list[Message],
                 planned: Planned | None, repair: str | None = None) -> None:
-    """Store the observations that led here, the model's turn and the plan step's outcome."""
+    """Store the observations that led here, the model's turn and the plan step's outcome; a delegated run's
+    turn is counted in its ancestors' spend in the same transaction (once, however often it is retried)."""
     store = step.rt.store
     if new_messages:
         store.append_messages(conn, run.run_id, iteration - 1, new_messages, start=1)
     if planned is not None:
         store.append_messages(conn, run.run_id, iteration, [planned.turn.as_message()])
+        if run.ancestors:
+            store.add_spend(conn, run.ancestors, planned.turn.usage)
         summary = _plan_summary(planned.turn)
         store.finish_step(conn, idempotency_key(run.run_id, iteration, "plan"), status="succeeded",
                           output={**summary, "repair": repair} if repair else summary,
@@ -245,13 +256,11 @@ def _dispatch(step: Step, run: RunRecord, new_messages: list[Message], iteration
     agent = step.rt.agent(run.agent)
     call_ids = [c.id for c in decision.calls]
     handed = [c for c in decision.calls if agent is not None and delegation.planner_hands_off(step, agent, c)]
-    shares = max(1, delegation.delegations_in(agent, decision.calls))
     events = [
         step.event(
             EventType.TOOL_REQUESTED,
             ToolRequested(agent=run.agent, iteration=iteration, call=call, sibling_call_ids=call_ids,
-                          idempotency_key=idempotency_key(run.run_id, iteration, "tool", call.id),
-                          delegations=shares),
+                          idempotency_key=idempotency_key(run.run_id, iteration, "tool", call.id)),
             key=(iteration, call.id),
         )
         for call in decision.calls if call not in handed
@@ -267,8 +276,7 @@ def _dispatch(step: Step, run: RunRecord, new_messages: list[Message], iteration
         started = 0
         for call in handed:  # children start from here: no executor hop, never queued behind slow tools
             assert agent is not None
-            more, child = delegation.hand_off_from_planner(step, conn, moved, agent, iteration, call, call_ids,
-                                                              shares)
+            more, child = delegation.hand_off_from_planner(step, conn, moved, agent, iteration, call, call_ids)
             events += more
             started += child
         if handed and started == len(call_ids):  # every call went to a child: nothing runs in a worker

@@ -81,3 +81,20 @@ def test_a_delegation_published_twice_on_the_fleet_starts_one_child(workers: Wor
     time.sleep(2.0)  # what a second child would need to be recorded
     assert [c.agent for c in store.children(run_id)] == ["lookup"]
     assert all(p.poll() is None for _, p in workers.procs), workers.logs()
+
+
+def test_siblings_on_the_fleet_spend_from_one_live_tree_budget(workers: WorkerProcs, namespace: str,
+                                                               store: Store) -> None:
+    start_fleet(workers)
+    client = AmqpClient()
+    corr, run_id = submit(client, namespace, "fan_root")
+    result = client.replies(1, timeout=90)[corr]
+    client.close()
+    assert (result["status"], result["error_code"]) == ("failed", "TOKEN_BUDGET"), result
+    children = {c.agent: c for c in store.children(run_id)}
+    greedy = children["greedy"]
+    assert greedy.error_code == "TOKEN_BUDGET" and greedy.input_tokens + greedy.output_tokens >= 150
+    root = store.get_run(run_id)
+    assert root is not None and 200 <= root.input_tokens + root.output_tokens <= 220
+    assert root.input_tokens + root.output_tokens == 10 + sum(c.input_tokens + c.output_tokens
+                                                              for c in children.values())

@@ -26,7 +26,7 @@ from agentfleet.loop import (
     idempotency_key,
     run_id_for,
 )
-from agentfleet.loop.budgets import Termination, remaining
+from agentfleet.loop.budgets import Termination, TreeLevel, check_tree, remaining
 from agentfleet.loop.decisions import NO_PROGRESS_REPEATS, calls_signature, plan_signatures
 
 SCHEMA = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"], "additionalProperties": False}
@@ -211,21 +211,24 @@ class TestKeys:
         assert k == idempotency_key("r", 1, "tool", "c1")
         assert len({k, idempotency_key("r", 2, "tool", "c1"), idempotency_key("r", 1, "plan"),
                     idempotency_key("r", 1, "tool", "c2")}) == 4
-
-
-def test_what_a_child_may_spend_is_what_is_left_shared_among_the_siblings_started_with_it() -> None:
+def test_what_a_child_may_spend_is_what_is_left_and_the_tree_gate_names_the_level_that_ran_out() -> None:
     limits = Limits(max_steps=10, max_tokens=1000, max_cost_usd=1.0, deadline_s=60)
     used = Usage(input_tokens=300, output_tokens=100, cost_usd=0.25)
-    alone = remaining(limits, used, 2, 10.0)
-    assert isinstance(alone, Limits)
-    assert (alone.max_steps, alone.max_tokens, alone.max_cost_usd, alone.deadline_s) == (8, 600, 0.75, 50.0)
-    third = remaining(limits, used, 2, 10.0, shares=3)
-    assert isinstance(third, Limits)  # together, three siblings can never spend past the parent's limits
-    assert (third.max_steps, third.max_tokens, third.max_cost_usd, third.deadline_s) == (2, 200, 0.25, 50.0)
-    too_thin = remaining(limits, used, 2, 10.0, shares=9)  # eight steps cannot go nine ways
-    assert isinstance(too_thin, Termination) and too_thin.code == ErrorCode.MAX_STEPS
+    left = remaining(limits, used, 2, 10.0)
+    assert isinstance(left, Limits)
+    assert (left.max_steps, left.max_tokens, left.max_cost_usd, left.deadline_s) == (8, 600, 0.75, 50.0)
     spent = remaining(limits, Usage(input_tokens=1000), 2, 10.0)
     assert isinstance(spent, Termination) and spent.code == ErrorCode.TOKEN_BUDGET
+    # Each ancestor's spend counts its whole subtree, live: the first (the root first) over its limits stops
+    # the run about to plan, with the same code a single run gets.
+    root = TreeLevel("run r (root)", limits, Usage(input_tokens=990, output_tokens=20), 3, 5.0)
+    middle = TreeLevel("run m (middle)", Limits(max_tokens=500), Usage(input_tokens=100), 2, 5.0)
+    stopped = check_tree([root, middle])
+    assert stopped is not None and stopped.code == ErrorCode.TOKEN_BUDGET
+    assert stopped.message.startswith("the tree's budget, at run r (root): used 1010 tokens")
+    assert check_tree([middle]) is None and check_tree([]) is None
+    late = TreeLevel("run r (root)", limits, Usage(), 1, 61.0)
+    assert check_tree([late]).code == ErrorCode.DEADLINE  # type: ignore[union-attr]
 
 
 def test_a_delegated_goal_id_names_its_parent_and_no_other_does() -> None:
