@@ -9,12 +9,13 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from agentfleet.constants import MAX_JSON_DEPTH
 from agentfleet.errors import RECOVERY_SUGGESTIONS, AgentfleetError, ErrorCode, GoalRejected
 from agentfleet.events.wire import check_plain, loads_strict
 from agentfleet.loop.budgets import CostUsd, Repairs, Seconds, Steps, Tokens
+from agentfleet.loop.keys import RESERVED_GOAL_PREFIXES
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -42,6 +43,16 @@ class Goal(BaseModel):
     input: dict[str, Any]
     goal_id: str | None = Field(default=None, min_length=1, max_length=200, pattern=PRINTABLE)
     limits: GoalLimits = Field(default_factory=GoalLimits)
+
+    @field_validator("goal_id")
+    @classmethod
+    def _not_reserved(cls, goal_id: str | None) -> str | None:
+        """Child and triggered runs' ids derive from these: an outside goal there could take a child's run
+        before its parent starts it, or pose as one on the public exchange."""
+        if goal_id is not None and goal_id.startswith(RESERVED_GOAL_PREFIXES):
+            raise ValueError(f"goal ids starting {' or '.join(RESERVED_GOAL_PREFIXES)} are reserved for the "
+                             "runs the fleet starts itself")
+        return goal_id
 
 
 class ResultStatus(StrEnum):

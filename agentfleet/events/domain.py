@@ -23,7 +23,7 @@ from agentfleet.errors import ConfigurationError
 from agentfleet.events.envelope import FLEET_RUN_ID, DomainEvent, Envelope, EventType
 from agentfleet.harness.policy import MISSING, argument
 from agentfleet.loop.decisions import schema_errors
-from agentfleet.loop.keys import derived_event_id
+from agentfleet.loop.keys import TRIGGER_PREFIX, derived_event_id
 
 NAME = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z0-9_]+)*$")
 
@@ -128,7 +128,7 @@ def started_by(triggers: Iterable[tuple[Any, Trigger]], event_id: str, payload: 
 
 def trigger_goal_id(event_id: str, agent: str) -> str:
     """One run per (event id, agent): the goal id a trigger's run gets."""
-    return f"trigger/{event_id}/{agent}"
+    return f"{TRIGGER_PREFIX}{event_id}/{agent}"
 
 
 def _check_name(name: str) -> None:

@@ -31,6 +31,9 @@ def child_goal_id(parent_run_id: str, call_id: str) -> str:
 
 
 DELEGATION_PREFIX = "delegation/"  # a delegated run's goal id starts so
+TRIGGER_PREFIX = "trigger/"  # a triggered run's goal id starts so
+# The fleet derives the goal ids under these itself; a goal from outside may not use them.
+RESERVED_GOAL_PREFIXES = (DELEGATION_PREFIX, TRIGGER_PREFIX)
 
 
 def parent_of(goal_id: str | None) -> tuple[str, str] | None:

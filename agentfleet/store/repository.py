@@ -683,11 +683,11 @@ class Store:
         with self.engine.connect() as conn:
             return [RunRecord.from_row(r) for r in conn.execute(stmt).all()]
 
-    def add_spend(self, conn: Connection, run_ids: list[str], usage: Usage, steps: int = 1) -> None:
+    def add_spend(self, conn: Connection, run_ids: list[str], usage: Usage) -> None:
         """Count a delegated run's model turn in each of its ancestors' spend, in the transaction that records
         the turn (once, however often the step is retried): one budget per tree, live. No state change."""
         r = T.runs.c
-        values: dict[str, Any] = dict(steps_used=r.steps_used + steps,
+        values: dict[str, Any] = dict(steps_used=r.steps_used + 1,
                                       input_tokens=r.input_tokens + usage.input_tokens,
                                       output_tokens=r.output_tokens + usage.output_tokens,
                                       cost_usd=r.cost_usd + usage.cost_usd,

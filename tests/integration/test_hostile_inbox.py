@@ -43,6 +43,8 @@ CATALOGUE: list[tuple[str, str, bytes, dict[str, Any], ErrorCode]] = [
      json.dumps({**GOOD, "input": {"path": ".", "pad": "x" * (2 * MAX_BYTES)}}).encode(), {}, E.MESSAGE_TOO_LARGE),
     ("NUL in goal_id", "goal.repo_report", json.dumps({**GOOD, "goal_id": "a\u0000b"}).encode(), {},
      E.MALFORMED_MESSAGE),
+    ("goal_id posing as a delegation's child", "goal.repo_report",
+     json.dumps({**GOOD, "goal_id": "delegation/a-run/a-call"}).encode(), {}, E.MALFORMED_MESSAGE),
     ("lone surrogate", "goal.repo_report", b'{"agent": "repo_report", "input": {"path": "\\ud800"}}', {},
      E.MALFORMED_MESSAGE),
     ("max_steps over the internal maximum", "goal.repo_report",

@@ -90,6 +90,14 @@ class TestAdmission:
             admit(registry, {**GOOD, "goal_id": goal_id})
         assert info.value.code == ErrorCode.MALFORMED_MESSAGE
 
+    @pytest.mark.parametrize("goal_id", ["delegation/some-run/ask0", "trigger/some-event/resolver"])
+    def test_a_goal_id_in_the_fleets_own_namespaces_is_refused(self, goal_id: str) -> None:
+        """Child and triggered runs' ids are derived from them: an outside goal there could take a child's
+        run before its parent starts it, or pose as one on the public exchange."""
+        with pytest.raises(GoalRejected) as info:
+            admit(registry, {**GOOD, "goal_id": goal_id})
+        assert info.value.code == ErrorCode.MALFORMED_MESSAGE and "reserved" in info.value.message
+
     def test_a_routing_key_for_another_agent_is_refused(self) -> None:
         with pytest.raises(GoalRejected):
             admit(registry, json.dumps(GOOD).encode(), "goal.other")
