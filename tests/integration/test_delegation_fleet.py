@@ -21,6 +21,18 @@ def descendants(store: Store, run_id: str) -> list:
     return out
 
 
+def run_to_end(workers: WorkerProcs, namespace: str, agent: str, goal_input: dict | None = None
+               ) -> tuple[dict, str]:
+    """Start the fleet, submit a goal over AMQP and wait for its Result: (the Result, the run id)."""
+    start_fleet(workers)
+    client = AmqpClient()
+    try:
+        corr, run_id = submit(client, namespace, agent, goal_input)
+        return client.replies(1, timeout=90)[corr], run_id
+    finally:
+        client.close()
+
+
 def test_delegations_and_a_plain_call_fan_in_on_the_fleet(workers: WorkerProcs, namespace: str, store: Store) -> None:
     start_fleet(workers)
     client = AmqpClient()
@@ -53,11 +65,7 @@ def test_cancelling_the_root_on_the_fleet_cancels_every_descendant(workers: Work
 
 def test_a_budget_exhausted_in_a_grandchild_stops_the_whole_tree_on_the_fleet(workers: WorkerProcs, namespace: str,
                                                                              store: Store) -> None:
-    start_fleet(workers)
-    client = AmqpClient()
-    corr, run_id = submit(client, namespace, "chain_root")
-    result = client.replies(1, timeout=90)[corr]
-    client.close()
+    result, run_id = run_to_end(workers, namespace, "chain_root")
     assert (result["status"], result["error_code"]) == ("failed", "TOKEN_BUDGET"), result
     [middle] = store.children(run_id)
     [leaf] = store.children(middle.run_id)
@@ -69,11 +77,8 @@ def test_a_budget_exhausted_in_a_grandchild_stops_the_whole_tree_on_the_fleet(wo
 
 def test_a_delegation_published_twice_on_the_fleet_starts_one_child(workers: WorkerProcs, namespace: str,
                                                                    store: Store) -> None:
-    start_fleet(workers)
-    client = AmqpClient()
-    corr, run_id = submit(client, namespace, "asker", {"queries": ["once"]})
-    assert client.replies(1, timeout=90)[corr]["status"] == "succeeded"
-    client.close()
+    result, run_id = run_to_end(workers, namespace, "asker", {"queries": ["once"]})
+    assert result["status"] == "succeeded"
     [goal] = [e for e in store.stored_events(run_id) if e["type"] == "goal.submitted" and e["payload"].get("parent")]
     with FleetClient(get_settings()) as fleet:  # the same goal again, as a redelivery would bring it
         fleet.rt.publisher.publish([Envelope.model_validate({**goal, "event_id": "a-second-copy"})])
@@ -85,11 +90,7 @@ def test_a_delegation_published_twice_on_the_fleet_starts_one_child(workers: Wor
 
 def test_siblings_on_the_fleet_spend_from_one_live_tree_budget(workers: WorkerProcs, namespace: str,
                                                                store: Store) -> None:
-    start_fleet(workers)
-    client = AmqpClient()
-    corr, run_id = submit(client, namespace, "fan_root")
-    result = client.replies(1, timeout=90)[corr]
-    client.close()
+    result, run_id = run_to_end(workers, namespace, "fan_root")
     assert (result["status"], result["error_code"]) == ("failed", "TOKEN_BUDGET"), result
     children = {c.agent: c for c in store.children(run_id)}
     greedy = children["greedy"]
