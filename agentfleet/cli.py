@@ -1110,7 +1110,7 @@ def namespace_delete(
     from pydantic import ValidationError
 
     from agentfleet.events.topology import Topology
-    from agentfleet.harness.fleet_redis import FleetRedis, connect
+    from agentfleet.harness.fleet_redis import connect, forget_namespace
     from agentfleet.workers.preflight import reach_all
 
     try:  # the name is checked as AGENTFLEET_NAMESPACE is
@@ -1126,7 +1126,7 @@ def namespace_delete(
     reach_all(settings, "broker", "redis")
     with Connection(settings.broker_url) as conn:
         topology.delete(conn)
-    forgotten = FleetRedis(connect(settings), namespace).forget_namespace() if not settings.embedded else 0
+    forgotten = forget_namespace(connect(settings), namespace) if not settings.embedded else 0
     out.print(f"deleted namespace {namespace}: {', '.join(names)}; {forgotten} Redis keys", soft_wrap=True,
               markup=False, highlight=False)
 

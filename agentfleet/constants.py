@@ -52,6 +52,8 @@ DEFAULT_MAX_STEPS: Final = 20
 # Turns a run may spend telling the model its answer could not be used (bad tool arguments, an undeclared
 # tool, an empty, cut-off or off-schema answer) before it fails with that answer's code.
 DEFAULT_MAX_REPAIRS: Final = 3
+# Tool calls one model turn may make: a turn of 1,000 calls would be 1,000 side effects decided as one step.
+DEFAULT_MAX_CALLS_PER_TURN: Final = 32
 DEFAULT_MAX_TOKENS: Final = 200_000
 DEFAULT_MAX_COST_USD: Final = 5.0
 DEFAULT_DEADLINE_S: Final = 600.0
@@ -96,6 +98,7 @@ REPAIR_MESSAGE_NAME: Final = "agentfleet_repair"
 
 # Fleet state in Redis (health cache, breakers, result cache, locks). Every key is
 # ``<namespace>:<kind>:<name>``, built by ``redis_key`` from one of these kinds (arq's way).
+FLEET_KEY_SECRET: Final = "redis-seal"  # the row of fleet_secrets holding the key that seals Redis values
 HEALTH_KEY: Final = "health"  # a tool's cached check result, with a TTL; missing = unknown
 HEALTH_LAST_KEY: Final = "health-last"  # the last status a check wrote (outlives the TTL, to see transitions)
 HEALTH_CLAIM_KEY: Final = "health-claim"  # SET NX: the one executor re-checking an expired entry

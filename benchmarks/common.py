@@ -164,11 +164,11 @@ def delete_redis_keys(namespace: str) -> None:
     """The namespace's health entries, breakers and cached results."""
     import redis
 
-    from agentfleet.harness.fleet_redis import FleetRedis
+    from agentfleet.harness.fleet_redis import forget_namespace
 
     try:
         client = redis.Redis.from_url(REDIS)
-        FleetRedis(client, namespace).forget_namespace()
+        forget_namespace(client, namespace)
         client.close()
     except redis.RedisError:
         pass  # Redis away: nothing of ours to clean

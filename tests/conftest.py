@@ -90,10 +90,10 @@ def namespace() -> Iterator[str]:
     if _reachable(*SERVICES["redis"]):  # the namespace's health entries, breakers, cache and locks
         import redis
 
-        from agentfleet.harness.fleet_redis import FleetRedis
+        from agentfleet.harness.fleet_redis import forget_namespace
 
         client = redis.Redis.from_url(REDIS_URL)
-        FleetRedis(client, ns).forget_namespace()
+        forget_namespace(client, ns)
         client.close()
 
 
@@ -106,6 +106,16 @@ def fleet_redis(namespace: str) -> Iterator[Any]:
     client = redis.Redis.from_url(REDIS_URL, decode_responses=True)
     yield client
     client.close()
+
+
+@pytest.fixture
+def fleet_seal(fleet_redis: Any, store: Store, namespace: str) -> Any:
+    """The fleet's Redis as its workers see it (their key, from the session database): to write entries the
+    fleet believes, and to read them back."""
+    from agentfleet import constants as C
+    from agentfleet.harness.fleet_redis import FleetRedis
+
+    return FleetRedis(fleet_redis, namespace, secret=store.fleet_secret(C.FLEET_KEY_SECRET).encode())
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from agentfleet import constants
@@ -108,6 +108,10 @@ class Settings(BaseSettings):
     # Fleet-wide rate limits by model name ("*": any model), shared through Redis (in-process when embedded):
     # {"gpt-4.1-mini": {"requests": "500/minute", "tokens": "200000/minute"}}.
     model_rate_limits: dict[str, ModelRateLimit] = Field(default_factory=dict)
+    # The key that seals what the fleet writes to Redis and acts on when read back (health, breakers, cached
+    # results, stop marks): a tool that reaches Redis cannot forge them. Unset: one is made once and kept in the
+    # database (table fleet_secrets), shared by every process of the fleet.
+    fleet_key: SecretStr | None = None
     # How long a worker at start, or a CLI command, tries to reach each service before it exits non-zero.
     connect_timeout_s: float = Field(default=constants.CONNECT_TIMEOUT_S, ge=0)
 

@@ -77,7 +77,8 @@ class Breaker(FleetFacts):
         token = uuid.uuid4().hex
         half = BreakerEntry("half_open", time.time(), entry.failures)
         keys = [self.key(tool), self.redis.key(C.BREAKER_TRIAL_KEY, tool)]
-        args = [entry.dumps(), token, int(hold_s * 1000), half.dumps()]
+        seal = self.redis.seal  # compared as stored: the entry as read sealed again is the same string
+        args = [seal(keys[0], entry.dumps()), token, int(hold_s * 1000), seal(keys[0], half.dumps())]
         won = self.redis.fail_open(lambda r: int(r.eval(CLAIM_TRIAL, 2, *keys, *args)), TRIAL_CLOSED)
         if won == TRIAL_CLAIMED:
             if entry.state == "open":
@@ -116,13 +117,15 @@ class Breaker(FleetFacts):
         if n < self.settings.breaker_failures:
             return
         opened = BreakerEntry("open", now, n)
-        if self.redis.fail_open(lambda r: r.set(self.key(tool), opened.dumps(), nx=True), False):
+        sealed = self.redis.seal(self.key(tool), opened.dumps())
+        if self.redis.fail_open(lambda r: r.set(self.key(tool), sealed, nx=True), False):
             self._announce(tool, "open", f"{n} failures in {window:g}s, the last {result.error_code}: "
                                          f"{(result.message or '')[:200]}")
 
     def _end_trial(self, tool: str, result: ToolResult, fault: bool, token: str) -> None:
         """The trial's outcome decides, if it is still the trial (its claim may have expired meanwhile)."""
-        reopened = BreakerEntry("open", time.time(), self.settings.breaker_failures).dumps() if fault else CLOSE
+        reopened = self.redis.seal(self.key(tool), BreakerEntry("open", time.time(), self.settings.breaker_failures)
+                                   .dumps()) if fault else CLOSE
         if not self._end(tool, token, reopened):
             return
         if fault:

@@ -48,13 +48,14 @@ class ToolDispatch:
 
     def _read(self, names: list[str], *extra: str) -> tuple[dict[str, tuple[HealthEntry | None, BreakerEntry | None]],
                                                              list[str | None]]:
-        """Health entries and breakers of ``names``, and the values of ``extra`` keys: one MGET."""
+        """Health entries and breakers of ``names`` (unsealed), and the raw values of ``extra`` keys: one MGET."""
         if not names and not extra:
             return {}, []
         keys = [self.health.key(t) for t in names] + [self.breaker.key(t) for t in names] + list(extra)
         raw = self.redis.fail_open(lambda r: r.mget(keys), [None] * len(keys))
         n = len(names)
-        facts = {t: (HealthEntry.loads(raw[i]), BreakerEntry.loads(raw[n + i])) for i, t in enumerate(names)}
+        opened = [self.redis.unseal(k, v) for k, v in zip(keys[:2 * n], raw, strict=False)]  # forged: missing
+        facts = {t: (HealthEntry.loads(opened[i]), BreakerEntry.loads(opened[n + i])) for i, t in enumerate(names)}
         return facts, raw[2 * n:]
 
     def offer(self, tools: Sequence[Tool]) -> Offer:
@@ -112,7 +113,8 @@ class ToolDispatch:
         # out of time) and, read-only, its cached result.
         ended_key = self.redis.key(C.CANCEL_KEY, ctx.run_id)
         facts, extra = self._read([tool.name], ended_key, *([cache_key] if cache_key else []))
-        ended, cached = extra[0], extra[1:]
+        ended = self.redis.unseal(ended_key, extra[0])  # what the fleet sealed, or None: a tool can reach Redis
+        cached = [self.redis.unseal(cache_key, extra[1])] if cache_key else []
         if ended is not None:
             return ToolResult.failure(ErrorCode.CANCELLED, f"{tool.name} was not started: its run has ended "
                                                            f"({_text(ended)})", None, _ms(started))

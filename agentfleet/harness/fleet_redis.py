@@ -5,10 +5,18 @@ results fail open (a tool is *unknown*, so offered), resource locks fail closed.
 Every caller goes through ``FleetRedis.attempt``, which logs an outage once when it
 starts and once when it ends (not once per call), and while Redis is away skips it
 for ``REDIS_RETRY_S`` at a time, so a call pays no connect timeout per tool.
+
+Redis is reachable by tools that may use the network, so what the fleet reads back
+and acts on (health entries, breakers, cached results, stop marks) is *sealed*: an
+HMAC under the fleet's key, bound to the key name it was written under. A value a
+tool wrote, or copied from another key, does not unseal and reads as missing
+(unknown), never as fleet state.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import logging
 import threading
 import time
@@ -51,14 +59,29 @@ def no_retry() -> Retry:
     return Retry(NoBackoff(), 0)
 
 
+def forget_namespace(client: redis.Redis, namespace: str) -> int:
+    """Delete every key of a namespace (health, breakers, cache, locks); how many there were."""
+    keys = list(client.scan_iter(C.redis_key(namespace, "*"), count=1000))
+    if keys:
+        client.delete(*keys)
+    return len(keys)
+
+
 class RedisUnavailable(Exception):
     """Redis could not be reached now (raised to callers that must fail closed)."""
 
 
+SEAL_HEX = 32  # 128 bits of HMAC-SHA256: a forger has no key to try guesses against offline
+
+
 class FleetRedis:
-    def __init__(self, client: redis.Redis, namespace: str, *, retry_s: float = C.REDIS_RETRY_S) -> None:
+    def __init__(self, client: redis.Redis, namespace: str, *, secret: bytes,
+                 retry_s: float = C.REDIS_RETRY_S) -> None:
+        if not secret:
+            raise ValueError("the fleet's Redis needs a key to seal what it writes")
         self.client = client
         self.namespace = namespace
+        self._secret = secret
         self.retry_s = retry_s
         self._down_since: float | None = None
         self._retry_at = 0.0
@@ -67,12 +90,29 @@ class FleetRedis:
     def key(self, kind: str, *parts: str) -> str:
         return C.redis_key(self.namespace, kind, *parts)
 
-    def forget_namespace(self) -> int:
-        """Delete every key of the namespace (health, breakers, cache, locks); how many there were."""
-        keys = list(self.client.scan_iter(C.redis_key(self.namespace, "*"), count=1000))
-        if keys:
-            self.client.delete(*keys)
-        return len(keys)
+    def seal(self, key: str, value: str) -> str:
+        """``value`` as stored under ``key``: its MAC (over the key name and the value), a dot, the value.
+        Deterministic, so a value read back and sealed again compares equal (the breaker's compare-and-set)."""
+        return f"{self._mac(key, value)}.{value}"
+
+    def unseal(self, key: str, raw: str | bytes | None) -> str | None:
+        """The value a fleet process sealed under ``key``, or None (missing, foreign, forged or moved)."""
+        if raw is None:
+            return None
+        if isinstance(raw, bytes):
+            try:
+                raw = raw.decode()
+            except UnicodeDecodeError:
+                return None
+        mac, dot, value = raw.partition(".")
+        if not dot or len(mac) != SEAL_HEX or not hmac.compare_digest(mac, self._mac(key, value)):
+            return None
+        return value
+
+    def _mac(self, key: str, value: str) -> str:
+        return hmac.new(self._secret, f"{key}\n{value}".encode(errors="surrogatepass"),
+                        hashlib.sha256).hexdigest()[:SEAL_HEX]
+
 
     @property
     def available(self) -> bool:

@@ -39,7 +39,10 @@ class HealthEntry:
         data = _json_object(raw)
         if data is None or data.get("status") not in ("healthy", "down"):
             return None
-        return cls(data["status"], data.get("detail"), float(data.get("checked_at") or 0), str(data.get("checked_by")))
+        checked_at, detail, by = _number(data.get("checked_at")), data.get("detail"), data.get("checked_by")
+        if checked_at is None or not isinstance(detail, str | None) or not isinstance(by, str):
+            return None
+        return cls(data["status"], detail, checked_at, by)
 
 
 @dataclass(frozen=True)
@@ -58,7 +61,13 @@ class BreakerEntry:
         data = _json_object(raw)
         if data is None or data.get("state") not in ("open", "half_open"):
             return None
-        return cls(data["state"], float(data.get("since") or 0), int(data.get("failures") or 0))
+        since, failures = _number(data.get("since")), data.get("failures")
+        if since is None or isinstance(failures, bool) or not isinstance(failures, int) or not 0 <= failures < 2**31:
+            return None
+        return cls(data["state"], since, failures)
+
+
+HEALTH_CHECK_FAILED = "its health check failed"
 
 
 @dataclass(frozen=True)
@@ -73,8 +82,9 @@ class Availability:
            cooldown_s: float) -> Availability:
         state: BreakerState = breaker.state if breaker else "closed"
         if health is not None and health.status == "down":
-            return cls(False, "its health check failed" + (f": {health.detail}" if health.detail else ""),
-                       breaker=state)
+            # A fixed sentence: what the check printed is the tool's own text (a channel into the prompt);
+            # operators read it in `agentfleet tools`.
+            return cls(False, HEALTH_CHECK_FAILED, breaker=state)
         if breaker is None:
             return cls(True)
         if breaker.state == "open" and now < breaker.since + cooldown_s:
@@ -153,11 +163,27 @@ def offer(tools: Sequence[tuple[str, str | None]], availability: Mapping[str, Av
     return Offer(offered, notice)
 
 
+MAX_ENTRY_CHARS = 4096  # an entry the fleet writes is a few hundred characters
+
+
 def _json_object(raw: str | None) -> dict[str, Any] | None:
-    if not raw:
+    """A JSON object, or None for anything else: Redis entries are input (a tool may have written them)."""
+    if not raw or len(raw) > MAX_ENTRY_CHARS:
         return None
     try:
-        data = json.loads(raw)
-    except ValueError:
+        data = json.loads(raw, parse_constant=_no_constant)
+    except (ValueError, RecursionError):
         return None
     return data if isinstance(data, dict) else None
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _number(value: Any) -> float | None:
+    """A finite epoch time, or None."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    number = float(value)
+    return number if 0 <= number < 1e11 else None  # finite, and before the year 5138

@@ -56,7 +56,7 @@ class HealthCache(FleetFacts):
         if not tools:
             return {}
         raw = self.redis.fail_open(lambda r: r.mget([self.key(t) for t in tools]), [None] * len(tools))
-        return {t: HealthEntry.loads(v) for t, v in zip(tools, raw, strict=True)}
+        return {t: HealthEntry.loads(self.redis.unseal(self.key(t), v)) for t, v in zip(tools, raw, strict=True)}
 
     def check_due(self, plans: Mapping[str, CheckPlan]) -> int:
         """Run every check one of whose entries is about to expire (or has) and that no other executor has
@@ -128,7 +128,7 @@ class HealthCache(FleetFacts):
         def store(r: Redis) -> list[object]:
             pipe = r.pipeline(transaction=False)
             for t in plan.tools:
-                pipe.set(self.key(t), value, px=int(ttl * 1000))
+                pipe.set(self.key(t), self.redis.seal(self.key(t), value), px=int(ttl * 1000))
                 pipe.set(self.redis.key(C.HEALTH_LAST_KEY, t), entry.status, get=True)
             return pipe.execute()
 

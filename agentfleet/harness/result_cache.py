@@ -2,7 +2,8 @@
 
 The key is the tool's name and its validated arguments in canonical JSON (defaults
 filled in, keys sorted), so ``{}`` and ``{"path": "."}`` are one entry when ``.`` is
-the default. A hit is marked on the result (``cache_hit``) and so in the step's
+the default. Values are sealed (``FleetRedis.seal``): a result a tool forged in Redis
+is a miss, never a tool's output. A hit is marked on the result (``cache_hit``) and so in the step's
 checkpoint: replay and audit say that no tool ran.
 """
 
@@ -48,13 +49,14 @@ class ResultCache:
         digest = hashlib.sha256(canonical(arguments).encode()).hexdigest()
         return self.redis.key(C.CACHE_KEY, tool, digest)
 
-    def decode(self, tool: str, raw: str | None) -> tuple[bool, Any]:
-        """``(hit, output)`` from a stored value (the dispatcher reads it with the tool's health: one round trip);
-        a hit is counted."""
-        if raw is None:
+    def decode(self, tool: str, value: str | None) -> tuple[bool, Any]:
+        """``(hit, output)`` from a stored value, unsealed by the dispatcher, which reads it with the tool's
+        health in one round trip (a value no fleet process sealed under this key arrives as None); a hit is
+        counted."""
+        if value is None:
             return False, None
         try:
-            output = json.loads(raw)
+            output = json.loads(value)
         except ValueError:
             return False, None
         hits = self.redis.key(C.CACHE_HITS_KEY, tool)
@@ -63,7 +65,7 @@ class ResultCache:
 
     def put(self, key: str, output: Any, ttl_s: float) -> None:
         """Store a result in the background."""
-        encoded, ttl_ms = json.dumps(output), int(ttl_s * 1000)
+        encoded, ttl_ms = self.redis.seal(key, json.dumps(output)), int(ttl_s * 1000)
         self._later(lambda r: r.set(key, encoded, px=ttl_ms))
 
     def _later(self, write: Callable[[Redis], object]) -> None:

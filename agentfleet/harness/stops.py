@@ -25,11 +25,13 @@ class RunStops:
 
     def mark(self, run_id: str, reason: str) -> None:
         key = self.redis.key(C.CANCEL_KEY, run_id)
-        self.redis.fail_open(lambda r: r.set(key, reason, ex=int(C.CANCEL_TTL_S)), None)
+        sealed = self.redis.seal(key, reason)
+        self.redis.fail_open(lambda r: r.set(key, sealed, ex=int(C.CANCEL_TTL_S)), None)
 
     def stopped(self, run_id: str) -> bool:
+        """Whether a fleet process marked the run ended (a mark a tool forged does not count)."""
         key = self.redis.key(C.CANCEL_KEY, run_id)
-        return bool(self.redis.fail_open(lambda r: r.exists(key), 0))
+        return self.redis.unseal(key, self.redis.fail_open(lambda r: r.get(key), None)) is not None
 
     def heartbeat(self, idempotency_key: str, details: Any) -> None:
         key = self.redis.key(C.HEARTBEAT_KEY, idempotency_key)
@@ -39,4 +41,8 @@ class RunStops:
     def last_heartbeat(self, idempotency_key: str) -> dict[str, Any] | None:
         key = self.redis.key(C.HEARTBEAT_KEY, idempotency_key)
         raw = self.redis.fail_open(lambda r: r.get(key), None)
-        return json.loads(raw) if raw else None
+        try:
+            beat = json.loads(raw) if raw else None
+        except ValueError:
+            return None  # not the fleet's: a tool can reach Redis
+        return beat if isinstance(beat, dict) else None

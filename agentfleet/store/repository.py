@@ -731,3 +731,12 @@ class Store:
             stmt = stmt.where(d.run_id == run_id)
         with self.engine.connect() as conn:
             return [dict(r._mapping) for r in conn.execute(stmt).all()]
+
+    def fleet_secret(self, name: str) -> str:
+        """A secret every process of this fleet shares: made once (by whichever process asks first), then read."""
+        import secrets
+
+        with self.tx() as conn:
+            self._insert_ignore(conn, T.fleet_secrets, {"name": name, "value": secrets.token_hex(32),
+                                                        "created_at": now()}, ["name"])
+            return str(conn.execute(select(T.fleet_secrets.c.value).where(T.fleet_secrets.c.name == name)).scalar_one())

@@ -234,3 +234,13 @@ domain_events = Table(
     Column("recorded_at", Ts, nullable=False),
     Index("ix_domain_events_name", "name", "recorded_at"),
 )
+
+# Secrets the fleet's processes share and nothing else reads: the key that seals what the fleet writes to Redis
+# (agentfleet.harness.fleet_redis), made once by whichever process needs it first.
+fleet_secrets = Table(
+    "fleet_secrets",
+    metadata,
+    Column("name", String(64), primary_key=True),
+    Column("value", String(128), nullable=False),
+    Column("created_at", Ts, nullable=False),
+)

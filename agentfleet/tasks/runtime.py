@@ -64,12 +64,13 @@ def runtime_for(app: Celery) -> Runtime:
             install_for(settings)  # what this process logs, publishes publicly and shows is masked from now on
             topology = Topology(settings.namespace)
             publisher = Publisher(app, topology)
-            redis = FleetRedis(connect(settings), settings.namespace)
             hooks = build_hooks(settings)
+            store = Store(make_engine(settings.effective_database_url), hooks=hooks)
+            redis = FleetRedis(connect(settings), settings.namespace, secret=fleet_key(settings, store))
             existing = Runtime(
                 settings=settings,
                 topology=topology,
-                store=Store(make_engine(settings.effective_database_url), hooks=hooks),
+                store=store,
                 publisher=publisher,
                 agents=fleet_agents(settings, wrap=_rate_limit(settings)),
                 redis=redis,
@@ -80,6 +81,13 @@ def runtime_for(app: Celery) -> Runtime:
             )
             app._agentfleet_runtime = existing  # type: ignore[attr-defined]
     return existing
+
+
+def fleet_key(settings: Settings, store: Store) -> bytes:
+    """The key sealing what the fleet writes to Redis: the setting, or the one kept in the database."""
+    if settings.fleet_key is not None:
+        return settings.fleet_key.get_secret_value().encode()
+    return store.fleet_secret(C.FLEET_KEY_SECRET).encode()
 
 
 def _rate_limit(settings: Settings) -> Callable[[Model], Model] | None:

@@ -38,7 +38,8 @@ def gate_cost_ms(n: int) -> tuple[list[float], list[float]]:
 
     namespace = f"afbench-gate-{uuid.uuid4().hex[:8]}"
     settings = Settings(redis_url=REDIS, namespace=namespace)
-    dispatch = ToolDispatch(FleetRedis(connect(settings), namespace), settings, by="bench", report=lambda t: None)
+    fleet = FleetRedis(connect(settings), namespace, secret=b"bench")
+    dispatch = ToolDispatch(fleet, settings, by="bench", report=lambda t: None)
     tools, noop = list(bench_loop.tools.values()), bench_loop.tools["noop"]
     ctx = ToolContext(run_id="bench", call_id="c", idempotency_key="k", workspace=Path.cwd())
     gated: list[float] = []

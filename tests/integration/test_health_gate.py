@@ -28,7 +28,9 @@ def start_fleet(workers: WorkerProcs, executors: int = 1) -> None:
 
 
 def health(redis: Any, namespace: str, tool: str) -> dict[str, Any] | None:
-    raw = redis.get(f"{namespace}:health:{tool}")
+    """A tool's health entry as the fleet wrote it (sealed under its key: ``fleet_seal``)."""
+    key = f"{namespace}:health:{tool}"
+    raw = redis.unseal(key, redis.client.get(key))
     return json.loads(raw) if raw else None
 
 
@@ -52,13 +54,13 @@ def health_events(client: AmqpClient, queue: str, expected: int, timeout: float 
 
 
 def test_a_down_tool_is_not_offered_its_fallback_is_a_stale_call_is_refused_and_it_returns_when_healthy(
-    workers: WorkerProcs, namespace: str, store: Store, fleet_redis: Any, tmp_path: Path
+    workers: WorkerProcs, namespace: str, store: Store, fleet_redis: Any, fleet_seal: Any, tmp_path: Path
 ) -> None:
     client = AmqpClient()
     public = client.subscribe_public(namespace, "tool.health_changed")
     (tmp_path / "lookup-down").touch()
     start_fleet(workers)
-    eventually(lambda: (health(fleet_redis, namespace, "primary_lookup") or {}).get("status") == "down",
+    eventually(lambda: (health(fleet_seal, namespace, "primary_lookup") or {}).get("status") == "down",
                message="the check's failure reaches Redis")
 
     picky_corr, picky_run = submit(client, namespace, "picky")
@@ -69,14 +71,15 @@ def test_a_down_tool_is_not_offered_its_fallback_is_a_stale_call_is_refused_and_
     assert offered == ["backup_lookup final_answer"], offered
     plan = next(s for s in store.steps(picky_run) if s["kind"] == "plan" and s["iteration"] == 0)
     assert plan["input"]["tools"] == ["backup_lookup"]  # what the model saw is in the checkpoint
-    assert "primary_lookup (its health check failed: ConnectionError: lookup service refused" in plan["input"]["notice"]
+    assert "primary_lookup (its health check failed; use backup_lookup instead)" in plan["input"]["notice"]
+    assert "lookup service refused" not in plan["input"]["notice"]  # the check's words: operators only
     (refused,) = seen(replies[stale_corr])
     assert refused["error_code"] == "TOOL_UNAVAILABLE" and refused["retryable"] is True
     assert "Use backup_lookup instead" in refused["hint"]
     assert not (tmp_path / "primary-body.txt").exists()  # the tool body was never entered
 
     (tmp_path / "lookup-down").unlink()
-    eventually(lambda: (health(fleet_redis, namespace, "primary_lookup") or {}).get("status") == "healthy",
+    eventually(lambda: (health(fleet_seal, namespace, "primary_lookup") or {}).get("status") == "healthy",
                message="the recovered check reaches Redis")
     again_corr, again_run = submit(client, namespace, "picky")
     assert seen(client.replies(1, timeout=60)[again_corr])[0]["output"]["source"] == "primary"
@@ -188,7 +191,7 @@ def test_runs_editing_one_ticket_take_turns_and_runs_on_different_tickets_do_not
 
 
 def test_with_redis_stopped_runs_finish_locked_tools_refuse_and_the_gate_returns(
-    workers: WorkerProcs, namespace: str, fleet_redis: Any, tmp_path: Path
+    workers: WorkerProcs, namespace: str, fleet_redis: Any, fleet_seal: Any, tmp_path: Path
 ) -> None:
     from tests.helpers import redis_restarted
 
@@ -197,7 +200,7 @@ def test_with_redis_stopped_runs_finish_locked_tools_refuse_and_the_gate_returns
     workers.env.update(AGENTFLEET_GATE_VIEW_S="0")
     start_fleet(workers)
     client = AmqpClient()
-    eventually(lambda: health(fleet_redis, namespace, "primary_lookup"), message="a first check")
+    eventually(lambda: health(fleet_seal, namespace, "primary_lookup"), message="a first check")
     with redis_restarted() as outage:
         outage.wait_down()
         (tmp_path / "lookup-down").touch()  # a failure nobody can record while Redis is away
@@ -209,7 +212,7 @@ def test_with_redis_stopped_runs_finish_locked_tools_refuse_and_the_gate_returns
         (locked,) = seen(replies[locked_corr])
         assert locked["error_code"] == "TRANSIENT" and "Redis is unreachable" in locked["message"]
         assert not (tmp_path / "ticket-intervals.txt").exists()  # never ran without its lock
-    eventually(lambda: (health(fleet_redis, namespace, "primary_lookup") or {}).get("status") == "down",
+    eventually(lambda: (health(fleet_seal, namespace, "primary_lookup") or {}).get("status") == "down",
                message="the gate is back with Redis")
     corr, _ = submit(client, namespace, "picky")
     assert seen(client.replies(1, timeout=60)[corr])[0]["output"]["source"] == "backup"
@@ -219,7 +222,7 @@ def test_with_redis_stopped_runs_finish_locked_tools_refuse_and_the_gate_returns
 
 
 def test_the_cli_shows_the_fleets_view_of_its_tools_and_health_exits_by_it(
-    distributed_env: dict[str, str], namespace: str, fleet_redis: Any, tmp_path: Path
+    distributed_env: dict[str, str], namespace: str, fleet_redis: Any, fleet_seal: Any, tmp_path: Path
 ) -> None:
     import subprocess
     import sys
@@ -232,9 +235,11 @@ def test_the_cli_shows_the_fleets_view_of_its_tools_and_health_exits_by_it(
                               cwd=ROOT, timeout=60, env={**distributed_env, "PATH": "/usr/bin:/bin",
                                                          "PYTHONPATH": str(ROOT), **env})
 
-    fleet_redis.set(f"{namespace}:health:primary_lookup",
-                    HealthEntry("down", "refused", time.time() - 3, "executor-1").dumps())
-    fleet_redis.set(f"{namespace}:breaker:flaky", json.dumps({"state": "open", "since": time.time(), "failures": 5}))
+    def sealed(key: str, value: str) -> None:
+        fleet_redis.set(key, fleet_seal.seal(key, value))
+
+    sealed(f"{namespace}:health:primary_lookup", HealthEntry("down", "refused", time.time() - 3, "executor-1").dumps())
+    sealed(f"{namespace}:breaker:flaky", json.dumps({"state": "open", "since": time.time(), "failures": 5}))
     fleet_redis.set(f"{namespace}:cache-hits:counted_read", 7)
     shown = json.loads(cli("tools", "--json").stdout)
     assert shown["redis"] == "reachable"
@@ -251,7 +256,7 @@ def test_the_cli_shows_the_fleets_view_of_its_tools_and_health_exits_by_it(
 
     down = cli("health", "--json")
     assert down.returncode == 1 and json.loads(down.stdout)["checks"]["lookup_service"]["status"] == "down"
-    fleet_redis.set(f"{namespace}:health:primary_lookup", HealthEntry("healthy", None, time.time(), "e").dumps())
+    sealed(f"{namespace}:health:primary_lookup", HealthEntry("healthy", None, time.time(), "e").dumps())
     assert cli("health").returncode == 0
     fleet_redis.delete(f"{namespace}:health:primary_lookup")  # unknown: checked by the command itself
     (tmp_path / "lookup-down").touch()

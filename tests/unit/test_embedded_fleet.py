@@ -210,7 +210,7 @@ def test_the_health_gate_example_falls_back_when_its_check_fails_and_says_so(tmp
     broken = du != "du"
     assert result["output"]["measured_by"] == ("walk" if broken else "du")
     assert result["output"]["kib"] > 0
-    said = "gate: Tools unavailable now: du_usage (its health check failed: /no/such/du"
+    said = "gate: Tools unavailable now: du_usage (its health check failed; use walk_usage instead)."
     assert (said in proc.stdout) is broken, proc.stdout
 
 

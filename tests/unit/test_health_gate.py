@@ -21,6 +21,7 @@ from agentfleet.harness.health import HealthCheck, run_check
 from agentfleet.harness.health_cache import HealthCache, plan_checks
 from agentfleet.loop.transcript import ToolResult
 
+SECRET = b"test fleet key"
 DOWN = Availability(False, "its health check failed: refused")
 
 
@@ -60,7 +61,12 @@ def server() -> fakeredis.FakeServer:
 
 
 def fleet_redis(server: fakeredis.FakeServer) -> FleetRedis:
-    return FleetRedis(fakeredis.FakeRedis(server=server, decode_responses=True), "t")
+    return FleetRedis(fakeredis.FakeRedis(server=server, decode_responses=True), "t", secret=SECRET)
+
+
+def sealed(key: str, entry: HealthEntry | BreakerEntry) -> str:
+    """An entry as a fleet process writes it (under the test fleet's key)."""
+    return FleetRedis(fakeredis.FakeRedis(), "t", secret=SECRET).seal(key, entry.dumps())
 
 
 def settings(**overrides: object) -> Settings:
@@ -163,10 +169,11 @@ def test_a_down_tool_is_refused_at_once_and_its_body_never_entered(server: faker
 
     d = dispatch(server)
     server_client = fakeredis.FakeRedis(server=server, decode_responses=True)
-    server_client.set("t:health:lookup", HealthEntry("down", "refused", time.time(), "e2").dumps())
+    server_client.set("t:health:lookup", sealed("t:health:lookup", HealthEntry("down", "refused", time.time(), "e2")))
     result = d.call(lookup, {}, ctx(tmp_path))
     assert result.error_code == ErrorCode.TOOL_UNAVAILABLE and result.retryable
-    assert "Use other instead" in (result.hint or "") and "refused" in (result.message or "")
+    assert "Use other instead" in (result.hint or "") and "health check failed" in (result.message or "")
+    assert "refused" not in (result.message or "")  # the check's own words are for operators, not the model
     assert entered == []
 
 
@@ -313,7 +320,8 @@ def test_a_step_retried_after_its_worker_died_takes_over_its_own_lock(server: fa
 
 def test_without_redis_gates_fail_open_locks_fail_closed_and_the_outage_is_logged_once(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    dead = FleetRedis(redis.Redis(port=1, socket_connect_timeout=0.2, retry=no_retry()), "t", retry_s=0.05)
+    dead = FleetRedis(redis.Redis(port=1, socket_connect_timeout=0.2, retry=no_retry()), "t", secret=SECRET,
+                      retry_s=0.05)
     d = ToolDispatch(dead, settings(), by="e1", report=lambda t: None)
     entered: list[int] = []
 
@@ -401,7 +409,7 @@ def test_a_redis_that_answers_with_errors_counts_as_away(tmp_path: Path) -> None
         def execute_command(self, *args: object, **options: object) -> object:
             raise redis.exceptions.ResponseError("OOM command not allowed when used memory > 'maxmemory'")
 
-    d = ToolDispatch(FleetRedis(OutOfMemory(), "t"), settings(), by="e1", report=lambda t: None)
+    d = ToolDispatch(FleetRedis(OutOfMemory(), "t", secret=SECRET), settings(), by="e1", report=lambda t: None)
 
     @tool(read_only=True)
     def still_works() -> dict:
@@ -419,7 +427,7 @@ def test_a_stale_read_never_revives_a_breaker_another_trial_has_closed(server: f
     breaker = Breaker(fleet_redis(server), settings(), by="e1", report=changes.append)
     client = fakeredis.FakeRedis(server=server, decode_responses=True)
     opened = BreakerEntry("open", time.time() - 100, 5)
-    client.set(breaker.key("svc"), opened.dumps())
+    client.set(breaker.key("svc"), sealed(breaker.key("svc"), opened))
     first = breaker.claim_trial("svc", opened, 5)
     late = breaker.claim_trial("svc", opened, 5)  # read the same open breaker, claims after the first
     assert first.token and not late.admitted
@@ -433,7 +441,7 @@ def test_a_stale_read_never_revives_a_breaker_another_trial_has_closed(server: f
 
 def test_the_planner_reuses_good_news_briefly_and_reads_bad_news_every_time(server: fakeredis.FakeServer) -> None:
     client = fakeredis.FakeRedis(server=server, decode_responses=True)
-    down = HealthEntry("down", "refused", time.time(), "e2").dumps()
+    down = sealed("t:health:p", HealthEntry("down", "refused", time.time(), "e2"))
     primary, backup = _tool_with(HealthCheck("p", lambda: None), "p"), _tool_with(HealthCheck("b", lambda: None), "b")
     planner = dispatch(server, gate_view_s=0.3)
     assert planner.offer([primary, backup]).tools == ["p", "b"]
@@ -451,9 +459,11 @@ def test_a_trial_whose_caller_died_is_taken_over_once_its_claim_expires(server: 
 
     breaker = Breaker(fleet_redis(server), settings(), "e1", lambda t: None)
     opened = BreakerEntry("open", time.time() - 100, 5)
-    fakeredis.FakeRedis(server=server, decode_responses=True).set(breaker.key("svc"), opened.dumps())
+    client = fakeredis.FakeRedis(server=server, decode_responses=True)
+    client.set(breaker.key("svc"), sealed(breaker.key("svc"), opened))
     died = breaker.claim_trial("svc", opened, 0.2)  # its executor is SIGKILLed mid-call: nothing ends the trial
-    half = BreakerEntry.loads(fakeredis.FakeRedis(server=server, decode_responses=True).get(breaker.key("svc")))
+    half = BreakerEntry.loads(breaker.redis.unseal(breaker.key("svc"), fakeredis.FakeRedis(
+        server=server, decode_responses=True).get(breaker.key("svc"))))
     assert died.token and half is not None and half.state == "half_open"
     assert not breaker.claim_trial("svc", half, 5).admitted
     time.sleep(0.25)
@@ -521,7 +531,7 @@ def test_a_trial_that_cannot_get_its_lock_leaves_the_trial_to_the_next_call(
     changes: list[Transition] = []
     d = dispatch(server, changes)
     client = fakeredis.FakeRedis(server=server, decode_responses=True)
-    client.set("t:breaker:edit", BreakerEntry("open", time.time() - 100, 5).dumps())
+    client.set("t:breaker:edit", sealed("t:breaker:edit", BreakerEntry("open", time.time() - 100, 5)))
     holder = fakeredis.FakeRedis(server=server).lock("t:lock:ticket:G", timeout=30)
     assert holder.acquire()
     assert d.call(edit, {"ticket_id": "G"}, ctx(tmp_path)).error_code == ErrorCode.TRANSIENT  # the tool never ran
