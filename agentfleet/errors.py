@@ -44,6 +44,7 @@ class ErrorCode(StrEnum):
     RESOURCE_LIMIT = "RESOURCE_LIMIT"  # a subprocess tool ran past a sandbox limit (CPU time, file size)
     UNKNOWN_OUTCOME = "UNKNOWN_OUTCOME"  # a non-idempotent tool's earlier attempt died mid-call
     NOT_RUN = "NOT_RUN"  # a call of a turn told back to the model as unusable (another call in it was bad)
+    TOO_MANY_CALLS = "TOO_MANY_CALLS"  # a model turn made more tool calls than limits.max_calls_per_turn
     # Approval answers (replies to approval.resolve, and the CLI's refusals).
     UNKNOWN_APPROVAL = "UNKNOWN_APPROVAL"  # no approval was requested for that run and call
     APPROVAL_NOT_PENDING = "APPROVAL_NOT_PENDING"  # already answered, expired, or its run has ended
@@ -69,6 +70,8 @@ RECOVERY_SUGGESTIONS: dict[ErrorCode, str] = {
     ErrorCode.COST_BUDGET: "Raise limits.max_cost_usd.",
     ErrorCode.DEADLINE: "Raise limits.deadline_s or split the goal.",
     ErrorCode.NO_PROGRESS: "The model repeated itself; refine its instructions or tools.",
+    ErrorCode.TOO_MANY_CALLS: "The model kept making more tool calls in one turn than limits.max_calls_per_turn "
+                              "allows; raise the limit or split the work.",
     ErrorCode.CANCELLED: "Submit the goal again with a new goal_id if it is still wanted.",
     ErrorCode.APPROVAL_DENIED: "A person denied the call; the model was told why and carried on.",
     ErrorCode.APPROVAL_EXPIRED: "Nobody answered in time: answer sooner (`agentfleet approvals`) or raise the "

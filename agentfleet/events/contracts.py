@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from agentfleet.constants import MAX_JSON_DEPTH
 from agentfleet.errors import RECOVERY_SUGGESTIONS, AgentfleetError, ErrorCode, GoalRejected
 from agentfleet.events.wire import check_plain, loads_strict
-from agentfleet.loop.budgets import CostUsd, Repairs, Seconds, Steps, Tokens
+from agentfleet.loop.budgets import CallsPerTurn, CostUsd, Repairs, Seconds, Steps, Tokens
 from agentfleet.loop.keys import RESERVED_GOAL_PREFIXES
 
 M = TypeVar("M", bound=BaseModel)
@@ -31,6 +31,7 @@ class GoalLimits(BaseModel):
     max_cost_usd: CostUsd | None = None
     deadline_s: Seconds | None = None
     max_repairs: Repairs | None = None
+    max_calls_per_turn: CallsPerTurn | None = None
 
     def requested(self) -> dict[str, Any]:
         return self.model_dump(exclude_none=True)

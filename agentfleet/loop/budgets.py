@@ -16,6 +16,7 @@ from agentfleet.loop.transcript import Usage
 Steps = Annotated[int, Field(ge=1, le=10_000)]
 Tokens = Annotated[int, Field(ge=1, le=10**12)]
 Repairs = Annotated[int, Field(ge=0, le=100)]
+CallsPerTurn = Annotated[int, Field(ge=1, le=1000)]
 CostUsd = Annotated[float, Field(gt=0, le=1_000_000, allow_inf_nan=False)]
 Seconds = Annotated[float, Field(gt=0, le=30 * 24 * 3600, allow_inf_nan=False)]
 
@@ -24,8 +25,9 @@ class Limits(BaseModel):
     """What one run may spend: model turns (``max_steps``), tokens in and out (``max_tokens``), US dollars
     (``max_cost_usd``) and wall time from its start (``deadline_s``). Checked before each model call; a run
     over one ends ``FAILED`` with ``MAX_STEPS``, ``TOKEN_BUDGET``, ``COST_BUDGET`` or ``DEADLINE``.
-    ``max_repairs``: unusable answers the model is told about and asked again, run-wide. An agent
-    sets them; a goal may ask for tighter ones (``"limits": {...}``), never looser."""
+    ``max_repairs``: unusable answers the model is told about and asked again, run-wide;
+    ``max_calls_per_turn``: tool calls one turn may make (more is an unusable turn, ``TOO_MANY_CALLS``). An
+    agent sets them; a goal may ask for tighter ones (``"limits": {...}``), never looser."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -35,6 +37,7 @@ class Limits(BaseModel):
     deadline_s: Seconds = constants.DEFAULT_DEADLINE_S
     # Answers the model may be asked to give again (each costs a step too), run-wide.
     max_repairs: Repairs = constants.DEFAULT_MAX_REPAIRS
+    max_calls_per_turn: CallsPerTurn = constants.DEFAULT_MAX_CALLS_PER_TURN
 
     def tightened_by(self, requested: dict[str, object] | None) -> Limits:
         """A goal may ask for tighter limits than its agent's, never looser ones."""
@@ -47,6 +50,7 @@ class Limits(BaseModel):
             max_cost_usd=min(self.max_cost_usd, other.max_cost_usd),
             deadline_s=min(self.deadline_s, other.deadline_s),
             max_repairs=min(self.max_repairs, other.max_repairs),
+            max_calls_per_turn=min(self.max_calls_per_turn, other.max_calls_per_turn),
         )
 
 
@@ -64,17 +68,37 @@ def check_gates(limits: Limits, usage: Usage, iteration: int, elapsed_s: float, 
     ``usage`` count the turns of the run's descendants too, as they are recorded (one budget per tree)."""
     if max(iteration, steps_used) >= limits.max_steps:
         return Termination(ErrorCode.MAX_STEPS, f"reached max_steps={limits.max_steps} without a final answer")
-    if usage.total_tokens >= limits.max_tokens:
-        return Termination(
-            ErrorCode.TOKEN_BUDGET, f"used {usage.total_tokens} tokens of max_tokens={limits.max_tokens}"
-        )
-    if usage.cost_usd >= limits.max_cost_usd:
-        return Termination(
-            ErrorCode.COST_BUDGET, f"spent ${usage.cost_usd:.4f} of max_cost_usd={limits.max_cost_usd}"
-        )
+    spent = _spent(limits, usage, at_limit=True)
+    if spent is not None:
+        return spent
     if elapsed_s >= limits.deadline_s:
         return Termination(ErrorCode.DEADLINE, f"ran {elapsed_s:.1f}s of deadline_s={limits.deadline_s}")
     return None
+
+
+def _spent(limits: Limits, usage: Usage, *, at_limit: bool) -> Termination | None:
+    """Tokens or dollars spent: reached (before a model call: nothing is left) or passed (after one)."""
+    tokens, cost = usage.total_tokens, usage.cost_usd
+    if tokens > limits.max_tokens or (at_limit and tokens == limits.max_tokens):
+        return Termination(ErrorCode.TOKEN_BUDGET, f"used {tokens} tokens of max_tokens={limits.max_tokens}")
+    if cost > limits.max_cost_usd or (at_limit and cost == limits.max_cost_usd):
+        return Termination(ErrorCode.COST_BUDGET, f"spent ${cost:.4f} of max_cost_usd={limits.max_cost_usd}")
+    return None
+
+
+def check_turn(limits: Limits, usage_with_turn: Usage) -> Termination | None:
+    """Checked after a model's turn and before any of its calls is dispatched: a turn that took the run past
+    its token or dollar budget runs nothing (its calls would be paid for with money the run does not have)."""
+    gate = _spent(limits, usage_with_turn, at_limit=False)
+    return Termination(gate.code, f"{gate.message} with this turn; none of its calls was run") if gate else None
+
+
+def charged(usage: Usage, written_chars: int) -> Usage:
+    """What a turn counts for against the budget: the model's own count of its output, or the size of what it
+    wrote (4 characters a token) where that is more, so a model or server that under-reports cannot buy a
+    5 MB turn for the price of a short one."""
+    estimate = written_chars // 4
+    return usage if estimate <= usage.output_tokens else usage.model_copy(update={"output_tokens": estimate})
 
 
 @dataclass(frozen=True)
@@ -108,4 +132,4 @@ def remaining(limits: Limits, usage: Usage, steps_used: int, elapsed_s: float) -
         return gate
     return Limits(max_steps=limits.max_steps - steps_used, max_tokens=limits.max_tokens - usage.total_tokens,
                   max_cost_usd=limits.max_cost_usd - usage.cost_usd, deadline_s=limits.deadline_s - elapsed_s,
-                  max_repairs=limits.max_repairs)
+                  max_repairs=limits.max_repairs, max_calls_per_turn=limits.max_calls_per_turn)

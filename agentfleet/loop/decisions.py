@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
+import re
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,6 +28,9 @@ from agentfleet.loop.transcript import Message, ModelTurn, ToolCall, ToolResult
 
 # The same set of calls this many iterations in a row is a loop, not progress.
 NO_PROGRESS_REPEATS = 3
+# What a call id or tool name may hold: they end up in varchar columns, AMQP headers and log lines.
+_UNSAFE_TEXT = re.compile(r"[\x00-\x1f\x7f\ud800-\udfff]")
+MAX_ARGUMENT_DEPTH = 64
 
 
 @dataclass(frozen=True)
@@ -86,20 +91,86 @@ def plan_signatures(transcript: Iterable[Message]) -> list[str]:
     return [calls_signature(m.tool_calls) for m in transcript if m.role == "assistant" and m.tool_calls]
 
 
+def usable_turn(turn: ModelTurn) -> ModelTurn:
+    """The turn as the fleet can store, send and decide on it: model output is input.
+
+    A call id with a NUL, a control character or a lone surrogate (Postgres refuses them in text; headers
+    and logs mangle them) is replaced by one made from its position; a tool name with them is shown
+    escaped and its call marked malformed; arguments holding NaN or Infinity (not JSON: stored as null,
+    they would run a tool on values the model never sent), a NUL or a lone surrogate, or nested past
+    ``MAX_ARGUMENT_DEPTH``, mark the call malformed. Malformed calls make the turn unusable: it is told
+    back to the model like any other (``decide``)."""
+    if not turn.tool_calls:
+        return turn
+    calls: list[ToolCall] = []
+    malformed = dict(turn.malformed)
+    for i, call in enumerate(turn.tool_calls):
+        fixed: dict[str, Any] = {}
+        if _UNSAFE_TEXT.search(call.id):
+            fixed["id"] = f"call-{i}"
+            malformed.setdefault(fixed["id"], "the call id holds control characters")
+        if _UNSAFE_TEXT.search(call.name):
+            fixed["name"] = call.name.encode("unicode_escape", "backslashreplace").decode("ascii")[:128]
+        call_id = fixed.get("id", call.id)
+        if "name" in fixed:
+            malformed.setdefault(call_id, f"the tool name \"{fixed['name']}\" holds control characters")
+        problem = _argument_problem(call.arguments, 0)
+        if problem:
+            fixed["arguments"] = {}
+            malformed.setdefault(call_id, f"the arguments are not plain JSON: {problem}")
+        if call.id in malformed and call_id != call.id:
+            malformed[call_id] = malformed.pop(call.id)
+        calls.append(call.model_copy(update=fixed) if fixed else call)
+    if calls == turn.tool_calls and malformed == turn.malformed:
+        return turn
+    return turn.model_copy(update={"tool_calls": calls, "malformed": malformed})
+
+
+def _argument_problem(value: Any, depth: int) -> str | None:
+    if depth > MAX_ARGUMENT_DEPTH:
+        return f"nested deeper than {MAX_ARGUMENT_DEPTH}"
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"{value} is not a JSON number"
+    if isinstance(value, str):
+        return "a string holds a NUL or a lone surrogate" if _bad_string(value) else None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if isinstance(key, str) and _bad_string(key):
+                return "a key holds a NUL or a lone surrogate"
+            found = _argument_problem(item, depth + 1)
+            if found:
+                return found
+    if isinstance(value, list):
+        for item in value:
+            found = _argument_problem(item, depth + 1)
+            if found:
+                return found
+    return None
+
+
+def _bad_string(text: str) -> bool:
+    return "\x00" in text or re.search("[\ud800-\udfff]", text) is not None
+
+
 def decide(turn: ModelTurn, result_schema: dict[str, Any], previous_signatures: Sequence[str] = (), *,
-           tools: Collection[str] | None = None, repairs_left: int = 0) -> Decision:
+           tools: Collection[str] | None = None, repairs_left: int = 0, max_calls: int | None = None) -> Decision:
     """Turn a model's answer into the loop's next move. ``tools`` are the agent's tool names (a call to any
     other is unusable; None: not checked here); ``repairs_left`` how many more unusable turns may be told
-    back to the model rather than end the run."""
-    decision = _decide(turn, result_schema, previous_signatures, tools)
+    back to the model rather than end the run; ``max_calls`` how many tool calls a turn may make (more is
+    unusable: nothing of it runs)."""
+    decision = _decide(usable_turn(turn), result_schema, previous_signatures, tools, max_calls)
     if isinstance(decision, Repair) and repairs_left <= 0:
         return decision.fail
     return decision
 
 
 def _decide(turn: ModelTurn, result_schema: dict[str, Any], previous_signatures: Sequence[str],
-            tools: Collection[str] | None) -> Decision:
+            tools: Collection[str] | None, max_calls: int | None) -> Decision:
     calls = _unique_ids(turn.tool_calls)
+    if max_calls is not None and len(calls) > max_calls:
+        return _repair(calls, {}, ErrorCode.TOO_MANY_CALLS,
+                       f"the answer made {len(calls)} tool calls; at most {max_calls} are allowed in one turn",
+                       f"Make at most {max_calls} calls now; the rest can follow in later turns.")
     if turn.stop_reason == "unparsed":  # the server could not read the answer (models/provider.py)
         return _repair(calls, {}, ErrorCode.MODEL_ERROR, "the answer could not be read as text or tool calls",
                        "Answer with one JSON object naming a tool and its arguments, or final_answer.",

@@ -7,6 +7,7 @@ event reuses it instead of calling the model again.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import time
 
@@ -27,8 +28,17 @@ from agentfleet.events.envelope import (
 )
 from agentfleet.harness.gate import Offer
 from agentfleet.hooks.base import Hooks, ModelCallInfo
-from agentfleet.loop.budgets import Limits, Termination, TreeLevel, check_gates, check_tree
-from agentfleet.loop.decisions import Dispatch, Fail, Finish, Repair, decide, plan_signatures, schema_errors
+from agentfleet.loop.budgets import Limits, Termination, TreeLevel, charged, check_gates, check_tree, check_turn
+from agentfleet.loop.decisions import (
+    Dispatch,
+    Fail,
+    Finish,
+    Repair,
+    decide,
+    plan_signatures,
+    schema_errors,
+    usable_turn,
+)
 from agentfleet.loop.keys import idempotency_key
 from agentfleet.loop.states import RunState, is_terminal
 from agentfleet.loop.transcript import Message, ModelTurn
@@ -187,9 +197,15 @@ def _checkpointed_offer(recorded: object, current: Offer) -> Offer:
 def _decide_and_commit(step: Step, agent: Agent, run: RunRecord, new_messages: list[Message], iteration: int,
                        planned: Planned, history: list[Message]) -> list[Envelope]:
     limits = Limits.model_validate(run.limits)
+    planned = dataclasses.replace(planned, turn=usable_turn(planned.turn))  # what the store can hold, as decided
     repairs_used = sum(1 for m in [*history, *new_messages] if m.role == "user" and m.name == REPAIR_MESSAGE_NAME)
     decision = decide(planned.turn, agent.result_schema, plan_signatures(history), tools=agent.tools.keys(),
-                      repairs_left=limits.max_repairs - repairs_used)
+                      repairs_left=limits.max_repairs - repairs_used, max_calls=limits.max_calls_per_turn)
+    if isinstance(decision, Dispatch):
+        written = sum(len(c.name) + len(json.dumps(c.arguments, default=str)) for c in decision.calls)
+        over = check_turn(limits, run.usage + charged(planned.turn.usage, written + len(planned.turn.text or "")))
+        if over is not None:
+            return _end(step, run, new_messages, iteration, planned, ResultStatus.FAILED, over.code, over.message)
     if isinstance(decision, Repair):
         return _repair(step, run, new_messages, iteration, planned, decision)
     if isinstance(decision, Finish):
