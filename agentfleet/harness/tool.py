@@ -195,6 +195,14 @@ class Tool:
             ) from None
         return {name: getattr(model, name) for name in type(model).model_fields}
 
+    def bound_json(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        """The arguments as the tool will receive them (validated and converted: ``"5e3"`` is ``5000.0`` for a
+        float), in JSON: what policy, approval rules and people decide on, and so exactly what runs. Raises
+        INVALID_ARGUMENTS like ``bind``."""
+        from pydantic_core import to_jsonable_python
+
+        return dict(to_jsonable_python(self.bind(arguments)))
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if self.func is None:
             raise ConfigurationError(f"tool {self.name!r} is a {self.kind} tool: the executor runs it, not a call")

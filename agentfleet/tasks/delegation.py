@@ -85,7 +85,11 @@ def planner_hands_off(step: Step, agent: Agent, call: ToolCall) -> bool:
     ``delegate`` call no policy sends to a person. One that needs approval goes to the executor, which parks it."""
     if call.name != DELEGATE_TOOL or not agent.delegates:
         return False
-    verdict = evaluate(call.name, call.arguments, rules=(*agent.approval_rules, *step.rt.settings.rules))
+    try:
+        arguments = agent.tools[DELEGATE_TOOL].bound_json(call.arguments)  # rules decide on what will run
+    except ToolError:
+        return True  # refused as INVALID_ARGUMENTS in the hand-off, which runs nothing
+    verdict = evaluate(call.name, arguments, rules=(*agent.approval_rules, *step.rt.settings.rules))
     return verdict.action == "allow"
 
 

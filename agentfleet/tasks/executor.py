@@ -17,7 +17,7 @@ from typing import Any
 
 from agentfleet import constants as C
 from agentfleet.constants import DELEGATE_TOOL
-from agentfleet.errors import AgentfleetError, ErrorCode
+from agentfleet.errors import AgentfleetError, ErrorCode, ToolError
 from agentfleet.events.domain import event_id_for
 from agentfleet.events.envelope import (
     ApprovalRequested,
@@ -160,26 +160,33 @@ def _policy(step: Step, req: ToolRequested) -> Cleared | list[Envelope]:
     tool = agent.tools.get(req.call.name) if agent else None
     if agent is None or tool is None:
         return Cleared(req.call.arguments)  # _attempt answers UNKNOWN_TOOL
-    verdict = evaluate(tool.name, req.call.arguments, requires_approval=tool.requires_approval,
+    try:
+        # Rules decide on what will run: the values the tool receives once bound ("5e3" is 5000.0), not the
+        # model's text; and those values, not the text, run.
+        bound = tool.bound_json(req.call.arguments)
+    except ToolError:
+        return Cleared(req.call.arguments)  # the dispatch answers INVALID_ARGUMENTS: nothing runs
+    verdict = evaluate(tool.name, bound, requires_approval=tool.requires_approval,
                        expires_s=tool.approval_expires_s, rules=(*agent.approval_rules, *step.rt.settings.rules))
     if verdict.action == "allow":
-        return Cleared(req.call.arguments)
+        return Cleared(bound)
     if verdict.action == "deny":
-        return Cleared(req.call.arguments, ToolResult.failure(
+        return Cleared(bound, ToolResult.failure(
             ErrorCode.PERMISSION_DENIED, f"{tool.name} refused by policy ({verdict.rule}): {verdict.reason}",
             "Do not repeat this call as it is; change it or carry on without it."))
-    return _park(step, req, tool, verdict)
+    return _park(step, req, tool, verdict, bound)
 
 
-def _park(step: Step, req: ToolRequested, tool: Tool, verdict: Verdict) -> Cleared | list[Envelope]:
+def _park(step: Step, req: ToolRequested, tool: Tool, verdict: Verdict,
+          arguments: dict[str, Any]) -> Cleared | list[Envelope]:
     """Record the request (once per call) and announce it; a request already answered is acted on instead."""
     store, key = step.rt.store, req.idempotency_key
     expires_at = now() + timedelta(seconds=verdict.expires_s) if verdict.expires_s else None
     with store.tx() as conn:
         store.request_approval(
             conn, approval_id=key, run_id=step.env.run_id, iteration=req.iteration, call_id=req.call.id,
-            agent=req.agent, tool=tool.name, arguments=req.call.arguments,
-            shown=redact(req.call.arguments, tool.parameters), args_schema=tool.parameters,
+            agent=req.agent, tool=tool.name, arguments=arguments,
+            shown=redact(arguments, tool.parameters), args_schema=tool.parameters,
             request=req.model_dump(mode="json"), rule=(verdict.rule or "")[:255], reason=(verdict.reason or "")[:1000],
             expires_at=expires_at,
         )

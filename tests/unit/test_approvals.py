@@ -175,6 +175,27 @@ def test_an_approved_call_runs_once_with_the_edited_arguments_and_who_answered_i
     assert history["edited_arguments"] == {"payee": "acme", "amount": 50}
 
 
+def test_rules_decide_on_the_values_the_tool_will_receive_and_exactly_those_run(fleet: EmbeddedFleet) -> None:
+    """Containment 11: "5000", "5e3" and " 5000 " skipped a numeric rule, then the tool's lenient binding paid
+    5,000 with no approval. Bound first, each is 5000.0: each waits for a person, and runs as bound."""
+    run_id = start(fleet, ["a", "transfer", {"to": "x", "amount_usd": "5000"}],
+                   ["b", "transfer", {"to": "x", "amount_usd": "5e3"}],
+                   ["c", "transfer", {"to": "x", "amount_usd": " 5000 "}],
+                   ["d", "transfer", {"to": "x", "amount_usd": "50"}])
+    waiting(fleet, run_id)
+    pending = fleet.store.pending_approvals(run_id=run_id)
+    assert sorted(p.call_id for p in pending) == ["a", "b", "c"]
+    assert all(p.arguments == {"to": "x", "amount_usd": 5000.0} for p in pending)  # what will run, as bound
+    assert [line.split(":")[:3] for line in ledger(fleet, run_id)] == [["transfer", "x", "50"]]
+    for call_id in "abc":
+        answer(fleet, run_id, call_id, decision="deny", by="bob", note="no")
+    result = wait_for_run(fleet.store, run_id, timeout=30).result
+    assert result is not None and result["status"] == "succeeded"
+    assert len(ledger(fleet, run_id)) == 1
+    [ran] = [s for s in fleet.store.steps(run_id) if s["call_id"] == "d" and s["kind"] == "tool"]
+    assert ran["input"] == {"to": "x", "amount_usd": 50.0}  # the step records the bound values it ran with
+
+
 def test_a_denied_call_is_a_result_for_the_model_and_the_run_carries_on(fleet: EmbeddedFleet) -> None:
     run_id = start(fleet, ["p", "pay", {"payee": "mallory", "amount": 900}])
     waiting(fleet, run_id)
