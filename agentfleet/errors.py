@@ -18,6 +18,7 @@ class ErrorCode(StrEnum):
     MESSAGE_TOO_LARGE = "MESSAGE_TOO_LARGE"  # body (or what it decompresses to) is over the inbox's size limit
     UNROUTABLE = "UNROUTABLE"  # the routing key matched no inbox binding
     GOAL_CONFLICT = "GOAL_CONFLICT"  # the goal_id names a run that was started with a different input
+    EVENT_CONFLICT = "EVENT_CONFLICT"  # a domain event's id (its message_id) was recorded with another payload
     UNKNOWN_AGENT = "UNKNOWN_AGENT"  # the goal names no registered agent
     INPUT_INVALID = "INPUT_INVALID"  # the goal's input breaks the agent's goal schema
     # Runs out.
@@ -62,6 +63,8 @@ RECOVERY_SUGGESTIONS: dict[ErrorCode, str] = {
     ErrorCode.UNROUTABLE: "Publish goals with routing key goal.<agent> (one word after 'goal.', lower case as "
                           "declared).",
     ErrorCode.GOAL_CONFLICT: "A goal_id is an idempotency key: use a new goal_id for a different input.",
+    ErrorCode.EVENT_CONFLICT: "A domain event's message_id is its id: use a new message_id for a different "
+                              "payload.",
     ErrorCode.UNKNOWN_AGENT: "Check the routing key goal.<agent> and that the workers load that agent.",
     ErrorCode.INPUT_INVALID: "Fix the goal input so it matches the agent's goal schema.",
     ErrorCode.OUTPUT_INVALID: "The agent's instructions or model must produce output matching its result schema.",

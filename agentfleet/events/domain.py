@@ -26,6 +26,7 @@ from agentfleet.loop.decisions import schema_errors
 from agentfleet.loop.keys import TRIGGER_PREFIX, derived_event_id
 
 NAME = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z0-9_]+)*$")
+MAX_NAME_CHARS = 200  # the column that records it (domain_events.name); the routing key adds "domain."
 
 _schemas: dict[str, dict[str, Any]] = {}
 _lock = threading.Lock()
@@ -50,6 +51,8 @@ def problems(name: str, payload: Any) -> list[str]:
     """Why an event may not be published: a bad name, a payload that is not an object or breaks its schema."""
     if not isinstance(name, str) or not NAME.match(name):
         return [f"{name!r} is not an event name (lower-case words separated by dots, e.g. ticket.triaged)"]
+    if len(name) > MAX_NAME_CHARS:
+        return [f"the event name is {len(name)} characters long; at most {MAX_NAME_CHARS} are allowed"]
     if not isinstance(payload, dict):
         return ["the payload is not a JSON object"]
     schema = _schemas.get(name)
@@ -131,7 +134,16 @@ def trigger_goal_id(event_id: str, agent: str) -> str:
     return f"{TRIGGER_PREFIX}{event_id}/{agent}"
 
 
+def conflict(event_id: str, payload: dict[str, Any], recorded: dict[str, Any] | None) -> str | None:
+    """Why an event may not be taken under an id already recorded with another payload (a ``message_id``
+    reused for a different body): like a goal id, an event id names one fact."""
+    if recorded is None or recorded.get("payload") == payload:
+        return None
+    return (f"event id {event_id} was recorded with a different payload; an event id names one event: send a "
+            "different fact with a new message_id")
+
+
 def _check_name(name: str) -> None:
-    if not isinstance(name, str) or not NAME.match(name):
+    if not isinstance(name, str) or not NAME.match(name) or len(name) > MAX_NAME_CHARS:
         raise ConfigurationError(f"{name!r} is not an event name (lower-case words separated by dots, "
-                                 "e.g. ticket.triaged)")
+                                 f"e.g. ticket.triaged, at most {MAX_NAME_CHARS} characters)")

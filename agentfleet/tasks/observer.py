@@ -16,7 +16,7 @@ from sqlalchemy import Connection
 from agentfleet import constants as C
 from agentfleet.errors import RECOVERY_SUGGESTIONS, ErrorCode, MalformedEvent
 from agentfleet.events.contracts import DomainNotice, Result, ResultStatus, RunNotice, ToolHealthNotice
-from agentfleet.events.domain import started_by
+from agentfleet.events.domain import conflict, started_by
 from agentfleet.events.envelope import (
     ApprovalRequested,
     ApprovalResolved,
@@ -234,6 +234,11 @@ def on_domain_event(step: Step) -> list[Envelope]:
             run_id=step.env.run_id if event.source == "run" else None, step_key=event.step_key,
             trace_id=step.env.trace_id)
         goals = triggered_goals(step, event) if first else []
+        if not first:
+            recorded = store.domain_events(event_id=event.event_id, limit=1)
+            clash = conflict(event.event_id, event.payload, recorded[0] if recorded else None)
+            if clash:  # never dropped silently: kept with the reason (the inbox answers most of these first)
+                publisher.dead_letter_event(step.env, reason=clash, error_code=ErrorCode.EVENT_CONFLICT)
         events = step.commit(conn, goals)
     if first:  # after the commit; a redelivery before it mirrors again (at least once, like every notice)
         notice = DomainNotice(type=f"{C.DOMAIN_ROUTING_PREFIX}{event.name}", event_id=event.event_id,

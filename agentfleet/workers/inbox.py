@@ -17,7 +17,7 @@ from kombu.exceptions import OperationalError as BrokerUnreachable
 from agentfleet.constants import APPROVAL_RESOLVE_ROUTING_KEY, DOMAIN_ROUTING_PREFIX, GOAL_ROUTING_PREFIX
 from agentfleet.errors import AgentfleetError, ApprovalRefused, ErrorCode, GoalRejected
 from agentfleet.events.contracts import ApprovalAnswer, ApprovalResolve, Result, parse_plain, plain_object
-from agentfleet.events.domain import external_event, external_event_id, problems
+from agentfleet.events.domain import conflict, external_event, external_event_id, problems
 from agentfleet.events.wire import loads_strict
 from agentfleet.tasks.admission import admit, goal_event
 from agentfleet.tasks.approvals import resolve
@@ -101,6 +101,10 @@ class Inbox:
             raise GoalRejected(f"domain event {name!r} refused: {'; '.join(found)}", code=ErrorCode.INPUT_INVALID)
         message_id = (message.properties or {}).get("message_id")
         event_id = external_event_id(name, message_id if isinstance(message_id, str) else None, body)
+        recorded = self.rt.store.domain_events(event_id=event_id, limit=1)
+        clash = conflict(event_id, payload, recorded[0] if recorded else None)
+        if clash:  # the observer refuses one that races past this look, with a dead letter
+            raise GoalRejected(clash, code=ErrorCode.EVENT_CONFLICT)
         self.rt.publisher.publish([external_event(name, event_id, payload)])
 
     def _answer(self, message: Message, body: bytes, reply_to: str | None, correlation_id: str | None) -> None:

@@ -13,8 +13,9 @@ import pytest
 
 from agentfleet import constants as C
 from agentfleet.errors import ErrorCode
+from agentfleet.store import Store
 from tests.conftest import WorkerProcs
-from tests.helpers import AmqpClient
+from tests.helpers import AmqpClient, eventually
 
 GOOD = {"agent": "repo_report", "input": {"path": "."}}
 MAX_BYTES = 64 * 1024
@@ -95,6 +96,7 @@ CATALOGUE: list[tuple[str, str, bytes, dict[str, Any], ErrorCode]] = [
     ("event breaking its schema", "domain.case.triaged", json.dumps({"ticket": 1}).encode(), {}, E.INPUT_INVALID),
     ("event name in capitals", "domain.Case.Triaged", b"{}", {}, E.INPUT_INVALID),
     ("event with no name", "domain.", b"{}", {}, E.INPUT_INVALID),
+    ("event name past its column", "domain." + "a" * 248, b"{}", {}, E.INPUT_INVALID),
 ]
 
 
@@ -168,3 +170,30 @@ def test_a_goal_id_reused_with_another_input_is_refused_with_its_own_code(
     client.close()
     assert replies[again]["status"] == "succeeded"
     assert replies[other]["status"] == "rejected" and replies[other]["error_code"] == ErrorCode.GOAL_CONFLICT
+
+
+def test_an_event_id_reused_with_another_payload_is_refused_with_its_own_code(
+    fleet: WorkerProcs, namespace: str, store: Store
+) -> None:
+    """Containment 17: the same message_id with a different body was dropped silently."""
+    client = AmqpClient()
+    message_id = f"evt-{uuid.uuid4().hex}"
+
+    def publish(payload: dict[str, str]) -> str:
+        corr = uuid.uuid4().hex
+        client.channel.basic_publish(
+            exchange=f"{namespace}.inbox", routing_key="domain.case.triaged", body=json.dumps(payload).encode(),
+            properties=pika.BasicProperties(content_type="application/json", message_id=message_id,
+                                            reply_to=client.reply_queue, correlation_id=corr, delivery_mode=2))
+        return corr
+
+    publish({"ticket": "T-1", "priority": "low"})
+    eventually(lambda: store.domain_events(name="case.triaged", limit=1000) and any(
+        e["payload"] == {"ticket": "T-1", "priority": "low"} for e in store.domain_events(name="case.triaged",
+                                                                                          limit=1000)),
+               timeout=30, message="the first event is recorded")
+    publish({"ticket": "T-1", "priority": "low"})  # the same event again: taken, one event
+    other = publish({"ticket": "T-1", "priority": "high"})
+    replies = client.replies(1, timeout=60)
+    client.close()
+    assert replies[other]["status"] == "rejected" and replies[other]["error_code"] == ErrorCode.EVENT_CONFLICT
