@@ -42,6 +42,17 @@ def _as_schema(schema: Schema, what: str, agent: str) -> dict[str, Any]:
     return schema
 
 
+# Names of the fleet's own tools: an agent's tool of the same name would replace one silently.
+RESERVED_TOOLS = frozenset({FINAL_ANSWER_TOOL, DELEGATE_TOOL, READ_ARTIFACT_TOOL})
+
+
+def _built_in(t: Tool) -> bool:
+    """The fleet's own read_artifact, which an agent may list itself."""
+    from agentfleet.harness.artifacts import read_artifact
+
+    return t is read_artifact
+
+
 class Agent:
     """An agent: what it is for, the model that decides, the tools it may call, and its limits.
 
@@ -124,8 +135,11 @@ class Agent:
         self.examples = _checked_examples(examples, name)
         self.tools: dict[str, Tool] = {}
         for t in tools:
-            if t.name == FINAL_ANSWER_TOOL or t.name in self.tools:
-                raise ConfigurationError(f"agent {name!r}: tool name {t.name!r} is reserved or repeated")
+            if t.name in self.tools:
+                raise ConfigurationError(f"agent {name!r}: tool name {t.name!r} is repeated")
+            if t.name in RESERVED_TOOLS and not _built_in(t):
+                raise ConfigurationError(f"agent {name!r}: tool name {t.name!r} is reserved for the fleet's own "
+                                         f"tool (it would replace it); rename the tool")
             self.tools[t.name] = t
         from agentfleet.events.domain import Trigger
 
@@ -136,8 +150,6 @@ class Agent:
         if self.delegates:
             from agentfleet.harness.delegate import delegate_tool
 
-            if DELEGATE_TOOL in self.tools:
-                raise ConfigurationError(f"agent {name!r}: tool name {DELEGATE_TOOL!r} is reserved for delegation")
             for other in self.delegates:
                 if not isinstance(other, str) or not other.replace("_", "").replace("-", "").isalnum():
                     raise ConfigurationError(f"agent {name!r}: delegates names agents, not {other!r}")

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
+import importlib.util
 import sys
 import tomllib
 from collections.abc import Iterable, Sequence
@@ -237,10 +238,32 @@ def _from_folder(folder: Path) -> PluginSpec:
     if not ((folder / f"{top}.py").is_file() or (folder / top / "__init__.py").is_file()):
         raise ConfigurationError(f"plugin {manifest.name!r} (folder {folder}): its entry {manifest.entry!r} is not "
                                  f"a module in the folder (no {top}.py or {top}/__init__.py)")
+    shadow = _installed_elsewhere(top, folder)
+    if shadow is not None:
+        raise ConfigurationError(f"plugin {manifest.name!r} (folder {folder}): its entry module {top!r} is the name "
+                                 f"of an installed module ({shadow}), which would be imported instead; rename the "
+                                 "module")
     for needed, wanted in manifest.requires.items():
         _spec(manifest.name, needed, wanted)
     return PluginSpec(manifest.name, manifest.version, str(folder), "folder", (manifest.entry,),
                       dict(manifest.requires), folder, manifest.description)
+
+
+def _installed_elsewhere(top: str, folder: Path) -> str | None:
+    """Where Python would import ``top`` from instead of the plugin's folder (which is appended to the path),
+    or None: a plugin module named like an installed one (``pytest``) would silently never run."""
+    if top in sys.builtin_module_names:
+        return "built in"
+    loaded = sys.modules.get(top)
+    try:
+        spec = None if loaded is not None else importlib.util.find_spec(top)
+    except (ImportError, ValueError):
+        return None
+    origin = getattr(loaded, "__file__", None) if loaded is not None else (spec.origin if spec else None)
+    if origin is None or origin in ("built-in", "frozen"):
+        return origin if loaded is not None or spec is not None else None
+    where = Path(origin).resolve()
+    return None if folder.resolve() in where.parents else str(where)
 
 
 def _version(name: str, version: str, source: str) -> None:

@@ -7,7 +7,6 @@ import re
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 
 from agentfleet.hooks.metrics import PrometheusHook
@@ -51,17 +50,15 @@ def test_workers_wait_for_their_services_and_the_migration_and_load_the_users_ag
         services["executor"]["environment"]["AGENTFLEET_DATABASE_URL"]
 
 
-def test_model_settings_pass_through_and_an_unset_one_is_no_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    from agentfleet.config.settings import Settings
-
-    env = compose()["services"]["planner"]["environment"]
-    passed = {name for name, value in env.items() if str(value) == f"${{{name}:-}}"}
-    assert {"OPENAI_API_KEY", "ANTHROPIC_API_KEY", "AGENTFLEET_MODELS", "AGENTFLEET_MODEL_RATE_LIMITS",
-            "AGENTFLEET_MODEL_PRICES"} <= passed
-    for name in passed:
-        monkeypatch.setenv(name, "")  # what compose passes when .env leaves it out
-    settings = Settings()
-    assert settings.models == {} and settings.model_rate_limits == {} and settings.model_prices == {}
+def test_every_variable_in_env_reaches_every_fleet_process_and_never_the_image() -> None:
+    """Containment 21: compose passed only the 16 variables it named; AGENTFLEET_APPROVAL_RULES, _HOOKS,
+    _REDACT_VALUES, _OTEL_EXPORTER, _AUDIT_LOG and a tool's own key never reached the workers."""
+    services = compose()["services"]
+    for name in (*ROLES, "flower", "migrate"):
+        assert services[name].get("env_file") == [".env"], name
+    ignored = (ROOT / ".dockerignore").read_text().splitlines()
+    assert ".env" in ignored and "!.env.example" in ignored
+    assert "COPY . " not in (ROOT / "Dockerfile").read_text()  # and the image copies only what it names
 
 
 def test_nothing_is_published_beyond_loopback_and_nothing_runs_without_a_password() -> None:

@@ -72,7 +72,7 @@ Agent("{tag}_agent", instructions="count", model=ScriptedModel([]), goal_schema=
 
 
 @pytest.mark.parametrize("case", ["missing", "version", "cycle", "entry", "import", "disabled_dependency",
-                                  "twice", "manifest"])
+                                  "twice", "manifest", "shadowed"])
 def test_each_cause_of_a_failed_load_is_one_clear_error(tmp_path: Path, tag: str, clean_path: None,
                                                         case: str) -> None:
     a, b = f"{tag}-a", f"{tag}-b"
@@ -101,6 +101,12 @@ def test_each_cause_of_a_failed_load_is_one_clear_error(tmp_path: Path, tag: str
         folder(tmp_path, b, requires={a: ""})
         disabled = [a]
         expected = f"plugin '{b}' requires '{a}', which is disabled (AGENTFLEET_PLUGINS_DISABLED)"
+    elif case == "shadowed":  # Containment 20: the installed pytest was imported and the plugin never ran
+        d = folder(tmp_path, a, entry="typer")
+        import typer
+
+        expected = (f"plugin '{a}' (folder {d}): its entry module 'typer' is the name of an installed module "
+                    f"({Path(typer.__file__).resolve()}), which would be imported instead; rename the module")
     elif case == "twice":
         folder(tmp_path / "one", a)
         folder(tmp_path / "two", a)
@@ -179,3 +185,18 @@ def test_the_example_plugins_run_a_goal_on_the_embedded_fleet(tmp_path: Path, cl
     with embedded_fleet(tmp_path, "", AGENTFLEET_PLUGIN_PATHS=str(plugins)) as fleet:
         run = wait_for_run(fleet.store, fleet.submit({"agent": "shouter", "input": {"text": "quiet please"}}))
     assert run.state == RunState.SUCCEEDED and run.result["output"] == {"text": "QUIET PLEASE"}  # type: ignore[index]
+
+
+@pytest.mark.parametrize("name", ["delegate", "read_artifact", "final_answer"])
+def test_a_tool_named_like_a_built_in_is_refused_at_start_up(name: str) -> None:
+    """Containment 20: a tool named read_artifact or delegate replaced the built-in one."""
+    from agentfleet import Agent, ScriptedModel, tool
+
+    @tool(name=name)
+    def impostor() -> dict:
+        """Pretend to be the fleet's own tool."""
+        return {}
+
+    with pytest.raises(ConfigurationError, match=f"tool name '{name}' is reserved"):
+        Agent(f"impostor_{uuid.uuid4().hex[:6]}", instructions="x", model=ScriptedModel([]),
+              goal_schema={"type": "object"}, result_schema={"type": "object"}, tools=[impostor])
