@@ -75,13 +75,14 @@ SEAL_HEX = 32  # 128 bits of HMAC-SHA256: a forger has no key to try guesses aga
 
 
 class FleetRedis:
-    def __init__(self, client: redis.Redis, namespace: str, *, secret: bytes,
+    def __init__(self, client: redis.Redis, namespace: str, *, secret: bytes | Callable[[], bytes],
                  retry_s: float = C.REDIS_RETRY_S) -> None:
-        if not secret:
-            raise ValueError("the fleet's Redis needs a key to seal what it writes")
+        """``secret``: the key, or how to get it at first use (from the database: not before a prefork worker
+        has forked, or its children would share the parent's connection)."""
         self.client = client
         self.namespace = namespace
-        self._secret = secret
+        self._secret: bytes | None = secret if isinstance(secret, bytes) else None
+        self._get_secret = None if isinstance(secret, bytes) else secret
         self.retry_s = retry_s
         self._down_since: float | None = None
         self._retry_at = 0.0
@@ -110,8 +111,17 @@ class FleetRedis:
         return value
 
     def _mac(self, key: str, value: str) -> str:
-        return hmac.new(self._secret, f"{key}\n{value}".encode(errors="surrogatepass"),
+        return hmac.new(self._key(), f"{key}\n{value}".encode(errors="surrogatepass"),
                         hashlib.sha256).hexdigest()[:SEAL_HEX]
+
+    def _key(self) -> bytes:
+        if self._secret is None:
+            assert self._get_secret is not None
+            secret = self._get_secret()
+            if not secret:
+                raise ValueError("the fleet's Redis needs a key to seal what it writes")
+            self._secret = secret
+        return self._secret
 
 
     @property

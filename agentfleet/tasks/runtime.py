@@ -66,7 +66,7 @@ def runtime_for(app: Celery) -> Runtime:
             publisher = Publisher(app, topology)
             hooks = build_hooks(settings)
             store = Store(make_engine(settings.effective_database_url), hooks=hooks)
-            redis = FleetRedis(connect(settings), settings.namespace, secret=fleet_key(settings, store))
+            redis = FleetRedis(connect(settings), settings.namespace, secret=lambda: fleet_key(settings, store))
             existing = Runtime(
                 settings=settings,
                 topology=topology,

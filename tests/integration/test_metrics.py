@@ -27,7 +27,7 @@ def ledger_run(namespace: str) -> dict:
     client.publish_goal(namespace, "goal.ledger", {"agent": "ledger", "input": {}})
     [reply] = client.replies(1, timeout=60).values()
     client.close()
-    assert reply["status"] == "succeeded", reply
+    assert reply["status"] == "succeeded", (reply.get("error_code"), reply.get("message"))
     return reply
 
 
