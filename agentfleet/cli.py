@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -473,14 +474,13 @@ def artifacts(
     """A run's artifacts: outputs too large for the model's context, and work directories tools kept."""
     rt = _runtime(_settings(embedded))
     if ref is not None:
-        content = rt.store.artifact_of_run(run_id, ref)
-        if content is None:
+        with output.open("wb") if output is not None else contextlib.nullcontext(sys.stdout.buffer) as sink:
+            found = rt.store.copy_artifact(run_id, ref, sink)  # a chunk at a time: a kept tree may be large
+        if not found:
+            if output is not None:
+                output.unlink(missing_ok=True)
             err.print(f"run {run_id} has no artifact {ref}")
             raise typer.Exit(2)
-        if output is not None:
-            output.write_bytes(content)
-        else:
-            sys.stdout.buffer.write(content)
         return
     kept = rt.store.artifacts_of(run_id)
     if as_json:
@@ -879,8 +879,10 @@ def tools(
 def health(as_json: Annotated[bool, typer.Option("--json", help="Print JSON")] = False) -> None:
     """Exit 0 when the fleet's Redis and every declared health check are healthy, 1 otherwise.
 
-    For a container healthcheck. A check with no fresh answer in Redis is run here.
+    For a container healthcheck. A check with no fresh answer in Redis is run here. Also says how this host
+    bounds each sandboxed call (its own uid, cgroup, tmpfs sizes), or that it cannot.
     """
+    from agentfleet.harness.call_bounds import host_bounds
     from agentfleet.harness.health import run_check
     from agentfleet.harness.health_cache import plan_checks
 
@@ -899,15 +901,18 @@ def health(as_json: Annotated[bool, typer.Option("--json", help="Print JSON")] =
             checks[name] = {"status": "healthy" if outcome.healthy else "down", "detail": outcome.detail,
                             "checked_by": "here"}
     healthy = reachable and all(c["status"] == "healthy" for c in checks.values())
+    bounds = host_bounds().describe()
     if as_json:
         print(json.dumps({"healthy": healthy, "redis": "reachable" if reachable else "unreachable",
-                          "checks": checks}))
+                          "checks": checks, "per_call_bounds": bounds}))
     else:
         out.print(f"redis {'[green]reachable[/]' if reachable else '[red]unreachable[/]'} "
                   f"({rt.settings.redis_url if not rt.settings.embedded else 'in-process'})")
         for name, c in checks.items():
             colour = "green" if c["status"] == "healthy" else "red"
             out.print(f"check {name}: [{colour}]{c['status']}[/] {c['detail'] or ''} (by {c['checked_by']})")
+        for bound, how in bounds.items():
+            out.print(f"per call, {bound}: {how}", markup=False, highlight=False)
     raise typer.Exit(0 if healthy else 1)
 
 

@@ -47,11 +47,11 @@ def read_artifact(ctx: ToolContext, ref: Annotated[str, Field(description="The a
     """Read part of an artifact: an output that was too large to show whole, or files a tool kept.
 
     Returns the bytes from offset as text, the artifact's size, and next_offset (null at the end)."""
-    content = ctx.artifact(ref) if ctx.artifact is not None else None
-    if content is None:
+    found = ctx.artifact(ref, offset, length) if ctx.artifact is not None else None
+    if found is None:
         raise ToolError(f"no artifact {ref!r} belongs to this run", code=ErrorCode.INVALID_ARGUMENTS,
                         hint="Use a reference a tool result of this run gave you.")
-    part = content[offset: offset + length]
+    part, size = found
     end = offset + len(part)
-    return {"ref": ref, "size": len(content), "offset": offset, "text": part.decode(errors="replace"),
-            "next_offset": end if end < len(content) else None}
+    return {"ref": ref, "size": size, "offset": offset, "text": part.decode(errors="replace"),
+            "next_offset": end if end < size else None}

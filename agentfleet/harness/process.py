@@ -5,6 +5,8 @@ its group; under bubblewrap the PID namespace catches the rest. At the deadline,
 when the call is cancelled, the group gets SIGTERM and, ``grace_s`` later, SIGKILL:
 a tool that ignores SIGTERM ends anyway. stdout is read up to a cap (a tool that
 floods it is stopped, not buffered without end) and stderr keeps only its tail.
+Side channels (pipes the child inherits: a tool's events, the files it keeps) are read
+in the same loop, each into its own sink and up to its own cap.
 """
 
 from __future__ import annotations
@@ -17,13 +19,54 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Literal
+from dataclasses import dataclass, field
+from typing import IO, Any, Literal
 
 from agentfleet import constants as C
 
 Stopped = Literal["timeout", "cancelled", "overflow"]
 READ_CHUNK = 65536
+
+
+@dataclass
+class SideChannel:
+    """A pipe the child writes beside stdout: what arrives goes to ``sink`` up to ``cap`` bytes; past it the
+    rest is read and dropped (the child is not blocked), and ``overflowed`` says so."""
+
+    sink: IO[bytes]
+    cap: int
+    read_fd: int = -1
+    write_fd: int = -1
+    received: int = 0
+    overflowed: bool = False
+    _open: bool = field(default=False, repr=False)
+
+    def __enter__(self) -> SideChannel:
+        self.read_fd, self.write_fd = os.pipe()
+        os.set_inheritable(self.write_fd, True)
+        self._open = True
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close_write()
+        if self._open:
+            self._open = False
+            with contextlib.suppress(OSError):
+                os.close(self.read_fd)
+
+    def close_write(self) -> None:
+        """The parent's copy of the write end: closed once the child has its own, so EOF can arrive."""
+        if self.write_fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self.write_fd)
+            self.write_fd = -1
+
+    def take(self, chunk: bytes) -> None:
+        room = self.cap - self.received
+        if room > 0:
+            self.sink.write(chunk[:room])
+        self.received += len(chunk)
+        self.overflowed = self.received > self.cap
 
 
 @dataclass(frozen=True)
@@ -49,12 +92,19 @@ class Exited:
 def run_child(argv: Sequence[str], stdin: bytes, *, timeout_s: float, cancelled: Callable[[], bool] | None = None,
               max_stdout: int = C.SUBPROCESS_MAX_OUTPUT, grace_s: float = C.KILL_GRACE_S,
               poll_s: float = C.CANCEL_POLL_S, cwd: str | None = None, env: Mapping[str, str] | None = None,
-              popen: Mapping[str, Any] | None = None, on_start: Callable[[int], None] | None = None) -> Exited:
+              popen: Mapping[str, Any] | None = None, on_start: Callable[[int], None] | None = None,
+              side: Sequence[SideChannel] = ()) -> Exited:
     """Run ``argv`` to its end or ours. Raises OSError only when it cannot be started at all."""
     started = time.monotonic()
-    proc = subprocess.Popen(list(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            start_new_session=True, cwd=cwd, env=dict(env) if env is not None else None,
-                            close_fds=True, **dict(popen or {}))
+    options = dict(popen or {})
+    options["pass_fds"] = (*options.get("pass_fds", ()), *(c.write_fd for c in side))
+    try:
+        proc = subprocess.Popen(list(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                start_new_session=True, cwd=cwd, env=dict(env) if env is not None else None,
+                                close_fds=True, **options)
+    finally:
+        for channel in side:
+            channel.close_write()
     if on_start is not None:
         on_start(proc.pid)
     assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
@@ -67,6 +117,8 @@ def run_child(argv: Sequence[str], stdin: bytes, *, timeout_s: float, cancelled:
     with selectors.DefaultSelector() as sel:
         sel.register(proc.stdout, selectors.EVENT_READ, out)
         sel.register(proc.stderr, selectors.EVENT_READ, err)
+        for channel in side:
+            sel.register(channel.read_fd, selectors.EVENT_READ, channel)
         while sel.get_map():
             now = time.monotonic()
             if now >= deadline:
@@ -81,6 +133,9 @@ def run_child(argv: Sequence[str], stdin: bytes, *, timeout_s: float, cancelled:
                 chunk = os.read(key.fd, READ_CHUNK)
                 if not chunk:
                     sel.unregister(key.fileobj)
+                    continue
+                if isinstance(key.data, SideChannel):
+                    key.data.take(chunk)
                     continue
                 buf: bytearray = key.data
                 buf.extend(chunk)

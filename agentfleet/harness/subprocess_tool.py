@@ -19,11 +19,13 @@ The contract, for tool authors:
 
 from __future__ import annotations
 
+import contextlib
+import gzip
+import hashlib
 import io
 import json
 import logging
 import shutil
-import tarfile
 import tempfile
 import tomllib
 from collections.abc import Sequence
@@ -36,16 +38,26 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from agentfleet import constants as C
 from agentfleet.errors import ConfigurationError, ErrorCode
 from agentfleet.harness import tool_events
-from agentfleet.harness.artifacts import content_ref
 from agentfleet.harness.health import Tier
-from agentfleet.harness.process import Exited, run_child
-from agentfleet.harness.sandbox import TOOLDIR, WORKDIR, Sandbox, as_user, bwrap_argv, make_workdir, support, tool_env
+from agentfleet.harness.process import Exited, SideChannel, run_child
+from agentfleet.harness.sandbox import (
+    TOOLDIR,
+    WORKDIR,
+    ResourceLimits,
+    Sandbox,
+    bounds_for,
+    bwrap_args,
+    support,
+    tool_env,
+)
 from agentfleet.harness.tool import LargeOutput, Produced, Tool, ToolContext, checked_schema, declare
 from agentfleet.loop.transcript import ToolResult
 
 log = logging.getLogger(__name__)
 
-CALLS_ROOT = Path(tempfile.gettempdir()) / "agentfleet-calls"  # one private work directory per call beneath
+KEPT_SLACK = 1 << 20  # tar headers beyond the work directory's size
+COPY_CHUNK = 1 << 20
+NO_SPACE = "no space left on device"  # strerror(ENOSPC), as C, Python and Node print it
 MANIFEST_SUFFIXES = (".tool.toml", ".tool.json")
 # Codes a tool may name for its own failure; the others are the harness's to give.
 TOOL_CODES = frozenset({ErrorCode.INVALID_ARGUMENTS, ErrorCode.PERMISSION_DENIED, ErrorCode.TRANSIENT,
@@ -67,45 +79,45 @@ class SubprocessRunner:
 
     def run(self, tool: Tool, kwargs: dict[str, Any], ctx: ToolContext, timeout_s: float) -> Produced | ToolResult:
         here = support()
-        sandboxed = here.available
-        if not sandboxed and self.sandbox.required:
+        if not here.available:
             return ToolResult.failure(
                 ErrorCode.TOOL_UNAVAILABLE, f"{tool.name} runs only in the sandbox, and {here.detail}",
                 "Do without this tool; the operator must install bubblewrap on the executor hosts.", retryable=True)
-        if not sandboxed:
-            log.warning("running %s WITHOUT the sandbox (it declared required=False): %s", tool.name, here.detail,
-                        extra={"tool": tool.name, "run_id": ctx.run_id})
-        workdir = make_workdir(CALLS_ROOT, tool.name)
-        try:
-            events_file = f"{WORKDIR if sandboxed else workdir}/{C.TOOL_EVENTS_FILE}"
-            env = tool_env(self.sandbox) | _call_env(ctx) | {tool_events.ENV: events_file}
-            if sandboxed:
-                argv = bwrap_argv(self.sandbox, workdir, self.directory, self.command(TOOLDIR), env=env)
-                cwd, child_env = None, {}
-            else:
-                argv, cwd, child_env = self.command(str(self.directory or workdir)), str(workdir), env
+        limits = self.sandbox.limits
+        with contextlib.ExitStack() as stack:
+            events = stack.enter_context(SideChannel(io.BytesIO(), C.TOOL_EVENTS_MAX_BYTES))
+            env = tool_env(self.sandbox) | _call_env(ctx) | {tool_events.ENV: f"/proc/self/fd/{events.write_fd}"}
+            command = self.command(TOOLDIR)
+            side = [events]
+            kept = None
+            if self.sandbox.keep_workdir:  # the tree comes out through a pipe once the tool has exited
+                spool = stack.enter_context(tempfile.TemporaryFile(prefix="agentfleet-workdir-"))
+                kept = stack.enter_context(SideChannel(spool, (limits.workdir_mb << 20) + KEPT_SLACK))
+                command = export_workdir(command, kept.write_fd)
+                side.append(kept)
             try:
-                exited = run_child(argv, json.dumps(kwargs).encode(), timeout_s=timeout_s,
-                                   cancelled=lambda: ctx.cancelled, max_stdout=self.max_output, cwd=cwd,
-                                   env=child_env, popen=as_user(self.sandbox.limits))
+                bounds = stack.enter_context(bounds_for(tool.name, limits))
+                for channel in side:  # opened again by path in the sandbox (/proc/self/fd/N): the call's uid
+                    bounds.own(channel.write_fd)
+                args = stack.enter_context(bwrap_args(self.sandbox, self.directory, env))
+                exited = run_child(["bwrap", *args.argv, "--", *command], json.dumps(kwargs).encode(),
+                                   timeout_s=timeout_s, cancelled=lambda: ctx.cancelled, max_stdout=self.max_output,
+                                   env={},  # bwrap's own process (pid 1 in the sandbox) carries no secret either
+                                   popen={"preexec_fn": bounds.preexec, "pass_fds": args.fds}, side=side)
             except OSError as exc:
                 return ToolResult.failure(ErrorCode.TOOL_UNAVAILABLE, f"{tool.name} could not be started: {exc}",
                                           "Do without this tool for now.", retryable=True)
-            read = read_exit(tool, exited, self.sandbox, timeout_s, self.max_output)
-            events = tool_events.read_events(workdir, tool.name)
-            if isinstance(events, ToolResult):
-                return events if isinstance(read, Produced) else read
-            refused = tool_events.publish_events(ctx, events, succeeded=isinstance(read, Produced))
+            read = read_exit(tool, exited, self.sandbox, timeout_s, self.max_output, bounds.exceeded())
+            found = tool_events.read_events(events.sink.getvalue(), events.overflowed,  # type: ignore[attr-defined]
+                                            tool.name)
+            if isinstance(found, ToolResult):
+                return found if isinstance(read, Produced) else read
+            refused = tool_events.publish_events(ctx, found, succeeded=isinstance(read, Produced))
             if refused is not None and isinstance(read, Produced):
                 return refused
-            if self.sandbox.keep_workdir and isinstance(read, Produced):
-                kept = _tarball(workdir)
-                ref = {"ref": content_ref(kept), "kind": "workdir", "size": len(kept),
-                       "media_type": "application/gzip"}
-                read = Produced(read.value, read.encoded, (*read.artifacts, (ref, kept)))
+            if kept is not None and isinstance(read, Produced):
+                return _with_workdir(tool, read, kept, limits)
             return read
-        finally:
-            shutil.rmtree(workdir, ignore_errors=True)
 
     @property
     def keeps_files(self) -> bool:
@@ -116,10 +128,18 @@ class SubprocessRunner:
         return [f"{tool_dir}/{a[2:]}" if a.startswith("./") else a for a in self.argv]
 
 
-def read_exit(tool: Tool, exited: Exited, sandbox: Sandbox, timeout_s: float, max_output: int
-              ) -> Produced | ToolResult:
-    """How the call ended, as its output or its structured failure. Pure."""
+def read_exit(tool: Tool, exited: Exited, sandbox: Sandbox, timeout_s: float, max_output: int,
+              exceeded: Sequence[str] = ()) -> Produced | ToolResult:
+    """How the call ended, as its output or its structured failure (``exceeded``: the per-call bounds its
+    cgroup ran into). Pure."""
     name = tool.name
+    limits = sandbox.limits
+    if exceeded:
+        said = {"processes": f"its {limits.processes} processes", "memory": f"{limits.memory_mb} MiB of memory "
+                                                                            "in all its processes"}
+        return ToolResult.failure(ErrorCode.RESOURCE_LIMIT, f"{name} ran past its per-call bound ("
+                                  f"{', '.join(said.get(e, e) for e in exceeded)}) and was stopped",
+                                  "Do not repeat the call unchanged: give it less work.")
     if exited.stopped == "cancelled":
         return ToolResult.failure(ErrorCode.CANCELLED, f"{name} was stopped: its run was cancelled")
     if exited.stopped == "timeout":
@@ -131,7 +151,6 @@ def read_exit(tool: Tool, exited: Exited, sandbox: Sandbox, timeout_s: float, ma
                                                                 "was stopped", "Ask for less: a narrower input.")
     sig = exited.signal
     if sig in SIGNALS_OF_LIMITS:
-        limits = sandbox.limits
         limit = f"{limits.cpu_s} s" if sig == 24 else f"{limits.file_size_mb} MiB"
         return ToolResult.failure(ErrorCode.RESOURCE_LIMIT, f"{name} ran past its {SIGNALS_OF_LIMITS[sig]} limit "
                                                             f"({limit}) and was stopped",
@@ -141,6 +160,10 @@ def read_exit(tool: Tool, exited: Exited, sandbox: Sandbox, timeout_s: float, ma
         named = _named_error(exited.stdout)
         if named is not None:
             return named
+        if NO_SPACE in stderr.lower():  # a tmpfs of its own filled up: only it could have filled it
+            return ToolResult.failure(ErrorCode.RESOURCE_LIMIT, f"{name} filled its space (work directory "
+                                      f"{limits.workdir_mb} MiB, /tmp and /dev/shm {limits.tmp_mb} MiB each): "
+                                      f"{stderr[-MESSAGE_TAIL:]}", "Do not repeat the call unchanged: write less.")
         how = f"was killed by signal {sig}" if sig is not None else f"exited {exited.returncode}"
         tail = stderr[-MESSAGE_TAIL:]
         return ToolResult.failure(ErrorCode.INTERNAL, f"{name} {how}" + (f": {tail}" if tail else ""),
@@ -174,13 +197,44 @@ def _call_env(ctx: ToolContext) -> dict[str, str]:
             "AGENTFLEET_IDEMPOTENCY_KEY": ctx.idempotency_key, "AGENTFLEET_ATTEMPT": str(ctx.attempt)}
 
 
-def _tarball(directory: Path) -> bytes:
-    """The work directory as a gzipped tar, without following links the tool left in it."""
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz", dereference=False) as tar:
-        for path in sorted(directory.rglob("*")):
-            tar.add(path, arcname=str(path.relative_to(directory)), recursive=False)
-    return buf.getvalue()
+def export_workdir(command: list[str], fd: int) -> list[str]:
+    """``command``, then its work directory as a tar on ``fd``, from inside the sandbox (the directory is a
+    tmpfs there: the host never sees it); the tool's exit status is kept."""
+    script = f'"$@"; status=$?; tar -cf /proc/self/fd/{fd} -C {WORKDIR} . 2>/dev/null; exit $status'
+    return ["/bin/sh", "-c", script, "agentfleet-keep", *command]
+
+
+def _with_workdir(tool: Tool, read: Produced, kept: SideChannel, limits: ResourceLimits) -> Produced | ToolResult:
+    """The call's output with its kept work directory (a gzipped tar) as an artifact, compressed from the spool
+    file to another (never the whole tree in the worker's memory)."""
+    if kept.overflowed:
+        return ToolResult.failure(ErrorCode.RESOURCE_LIMIT, f"{tool.name} kept more than its work directory's "
+                                  f"{limits.workdir_mb} MiB", "Keep fewer files.")
+    spool = kept.sink
+    spool.seek(0)
+    packed = tempfile.TemporaryFile(prefix="agentfleet-artifact-")  # noqa: SIM115 - the store reads and closes it
+    digest = hashlib.sha256()
+    with gzip.GzipFile(fileobj=_Hashing(packed, digest), mode="wb", mtime=0) as gz:
+        shutil.copyfileobj(spool, gz, COPY_CHUNK)
+    size = packed.tell()
+    packed.seek(0)
+    ref = {"ref": f"sha256:{digest.hexdigest()}", "kind": "workdir", "size": size, "media_type": "application/gzip"}
+    return Produced(read.value, read.encoded, (*read.artifacts, (ref, packed)))
+
+
+@dataclass
+class _Hashing:
+    """A file that hashes what is written to it (the artifact's reference, without reading it back)."""
+
+    file: Any
+    digest: Any
+
+    def write(self, data: bytes) -> int:
+        self.digest.update(data)
+        return int(self.file.write(data))
+
+    def flush(self) -> None:
+        self.file.flush()
 
 
 def subprocess_tool(
@@ -233,7 +287,7 @@ def subprocess_tool(
     return declare(
         name, description, checked_schema(schema, f"tool {name!r}"), runner=runner, source=source,
         timeout_s=timeout_s, tier=tier, idempotent=idempotent, read_only=read_only, cache_ttl_s=cache_ttl_s,
-        health_check=health_check if health_check is not None else (sandbox_check() if box.required else None),
+        health_check=health_check if health_check is not None else sandbox_check(),
         fallback=fallback, lock=lock, response_limit=response_limit, requires_approval=requires_approval,
         approval_expires_s=approval_expires_s, large_output=large_output)
 

@@ -55,8 +55,9 @@ class ToolContext:
     cancel_check: Callable[[], bool] | None = field(default=None, repr=False, compare=False)
     heartbeat_sink: Callable[[Any], None] | None = field(default=None, repr=False, compare=False)
     stopped: threading.Event = field(default_factory=threading.Event, repr=False, compare=False)
-    # Set by the executor: the content of an artifact this run may read, or None (read_artifact uses it).
-    artifact: Callable[[str], bytes | None] | None = field(default=None, repr=False, compare=False)
+    # Set by the executor: part of an artifact this run may read, (bytes, whole size), or None (read_artifact).
+    artifact: Callable[[str, int, int], tuple[bytes, int] | None] | None = field(default=None, repr=False,
+                                                                                 compare=False)
     # Domain events this call published (name, payload), sent once its step commits; and those refused.
     published: list[tuple[str, dict[str, Any]]] = field(default_factory=list, repr=False, compare=False)
     refused: list[tuple[str, Any, str]] = field(default_factory=list, repr=False, compare=False)
@@ -128,7 +129,8 @@ class Produced:
 
     value: Any
     encoded: str | None = None  # the value as JSON, when the tool printed it so (no second encoding)
-    artifacts: tuple[tuple[dict[str, Any], bytes], ...] = ()  # (reference, content): files kept by the call
+    # (reference, content): files kept by the call, as bytes or a file the store streams in
+    artifacts: tuple[tuple[dict[str, Any], Any], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -283,7 +285,7 @@ def tool(
             from agentfleet.harness.subprocess_tool import python_runner, sandbox_check
 
             runner = python_runner(fn, tool_name, sandbox)
-            if options["health_check"] is None and runner.sandbox.required:
+            if options["health_check"] is None:
                 options["health_check"] = sandbox_check()
         return declare(tool_name, desc, schema, func=fn, runner=runner,
                        args_model=args_model, context_param=context_param,

@@ -1,21 +1,18 @@
 """Domain events from a tool that runs outside the executor's process: the events file.
 
 A subprocess tool (any language) appends one JSON object per line, ``{"name": ..., "payload":
-{...}}``, to the file ``$AGENTFLEET_EVENTS`` names, in its work directory; a sandboxed Python
-tool's ``ctx.publish`` writes there for it. The executor reads the file when the process has
-exited, and publishes through the call's ``ToolContext`` as an in-process tool would: after the
-step commits, with ids derived from the step. All or nothing: one event that breaks its schema
-fails the call (``INVALID_ARGUMENTS``, that event dead-lettered) and none is sent; a failed call
-sends none. The file lives in a directory the tool can write, so it is opened without following
-links and bounded in size and count before anything in it is believed.
+{...}}``, to the file ``$AGENTFLEET_EVENTS`` names; a sandboxed Python tool's ``ctx.publish``
+writes there for it. That "file" is a pipe the call inherits (``/proc/self/fd/N``), read by the
+executor while the call runs, up to a bound (nothing a tool writes lands on the host's disk, and
+there is no path to swap for a link). Once the process has exited, the executor publishes through
+the call's ``ToolContext`` as an in-process tool would: after the step commits, with ids derived
+from the step. All or nothing: one event that breaks its schema fails the call
+(``INVALID_ARGUMENTS``, that event dead-lettered) and none is sent; a failed call sends none.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import stat
-from pathlib import Path
 from typing import Any
 
 from agentfleet import constants as C
@@ -28,19 +25,10 @@ ENV = "AGENTFLEET_EVENTS"
 Event = tuple[str, dict[str, Any]]
 
 
-def read_events(workdir: Path, tool_name: str) -> list[Event] | ToolResult:
-    """The events a call's process left, or why they cannot be believed (a failure for the model)."""
-    try:
-        fd = os.open(workdir / C.TOOL_EVENTS_FILE, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except FileNotFoundError:
-        return []
-    except OSError:  # ELOOP: a link where the file should be
-        return _broken(tool_name, "its events file is not a regular file")
-    with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-            return _broken(tool_name, "its events file is not a regular file")
-        raw = f.read(C.TOOL_EVENTS_MAX_BYTES + 1)
-    if len(raw) > C.TOOL_EVENTS_MAX_BYTES:
+def read_events(raw: bytes, overflowed: bool, tool_name: str) -> list[Event] | ToolResult:
+    """The events a call's process wrote (``raw``, at most ``TOOL_EVENTS_MAX_BYTES`` of them kept), or why they
+    cannot be believed (a failure for the model)."""
+    if overflowed or len(raw) > C.TOOL_EVENTS_MAX_BYTES:
         return ToolResult.failure(ErrorCode.RESPONSE_TOO_LARGE, f"{tool_name} wrote more than "
                                   f"{C.TOOL_EVENTS_MAX_BYTES} bytes of events", "Publish fewer, smaller events.")
     lines = [line for line in raw.decode(errors="replace").splitlines() if line.strip()]

@@ -89,13 +89,14 @@ class ToolResult(BaseModel):
     approval: dict[str, Any] | None = None
     # Content the call left in the store (an output over its limit, a kept work directory): {ref, kind, size}.
     artifacts: list[dict[str, Any]] = Field(default_factory=list)
-    # The artifacts' content, from the harness to the executor, which stores it with the step; never serialized.
-    _payloads: dict[str, bytes] = PrivateAttr(default_factory=dict)
+    # The artifacts' content (bytes, or a file the store streams in), from the harness to the executor, which
+    # stores it with the step; never serialized.
+    _payloads: dict[str, Any] = PrivateAttr(default_factory=dict)
 
-    def payloads(self) -> dict[str, bytes]:
+    def payloads(self) -> dict[str, Any]:
         return self._payloads
 
-    def carrying(self, payloads: dict[str, bytes]) -> ToolResult:
+    def carrying(self, payloads: dict[str, Any]) -> ToolResult:
         self._payloads = dict(payloads)
         return self
 

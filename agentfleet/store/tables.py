@@ -203,8 +203,18 @@ artifacts = Table(
     Column("ref", String(80), primary_key=True),
     Column("size", BigInteger, nullable=False),
     Column("media_type", String(128), nullable=False),
-    Column("content", LargeBinary, nullable=False),
+    Column("content", LargeBinary),  # NULL: the content is in artifact_chunks (a file streamed in)
     Column("created_at", Ts, nullable=False),
+)
+
+# Content streamed in from a file (a kept work directory), ARTIFACT_CHUNK bytes a row: never held whole in memory.
+artifact_chunks = Table(
+    "artifact_chunks",
+    metadata,
+    Column("ref", String(80), nullable=False),
+    Column("seq", Integer, nullable=False),
+    Column("data", LargeBinary, nullable=False),
+    PrimaryKeyConstraint("ref", "seq"),
 )
 
 run_artifacts = Table(

@@ -255,7 +255,7 @@ def _attempt(step: Step, req: ToolRequested, attempt: int, arguments: dict[str, 
                       workspace=settings.workspace, attempt=attempt,
                       cancel_check=lambda: stops.stopped(run_id),
                       heartbeat_sink=lambda details: stops.heartbeat(req.idempotency_key, details),
-                      artifact=lambda ref: store.artifact_of_run(run_id, ref))
+                      artifact=lambda ref, offset, length: store.artifact_part(run_id, ref, offset, length))
     step.rt.hooks.before_tool(_call_info(step, req, attempt, True))
     result = step.rt.dispatch.call(tool, arguments, ctx)
     for name, payload, why in ctx.refused:

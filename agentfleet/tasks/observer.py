@@ -235,8 +235,7 @@ def on_domain_event(step: Step) -> list[Envelope]:
             trace_id=step.env.trace_id)
         goals = triggered_goals(step, event) if first else []
         if not first:
-            recorded = store.domain_events(event_id=event.event_id, limit=1)
-            clash = conflict(event.event_id, event.payload, recorded[0] if recorded else None)
+            clash = conflict(event.event_id, event.payload, store.domain_event(event.event_id, conn))
             if clash:  # never dropped silently: kept with the reason (the inbox answers most of these first)
                 publisher.dead_letter_event(step.env, reason=clash, error_code=ErrorCode.EVENT_CONFLICT)
         events = step.commit(conn, goals)

@@ -101,8 +101,7 @@ class Inbox:
             raise GoalRejected(f"domain event {name!r} refused: {'; '.join(found)}", code=ErrorCode.INPUT_INVALID)
         message_id = (message.properties or {}).get("message_id")
         event_id = external_event_id(name, message_id if isinstance(message_id, str) else None, body)
-        recorded = self.rt.store.domain_events(event_id=event_id, limit=1)
-        clash = conflict(event_id, payload, recorded[0] if recorded else None)
+        clash = conflict(event_id, payload, self.rt.store.domain_event(event_id))
         if clash:  # the observer refuses one that races past this look, with a dead letter
             raise GoalRejected(clash, code=ErrorCode.EVENT_CONFLICT)
         self.rt.publisher.publish([external_event(name, event_id, payload)])

@@ -188,7 +188,7 @@ def test_escape_a_fork_bomb_is_held_by_the_process_limit(tmp_path: Path) -> None
                            description="fork bomb", schema={"type": "object"}, timeout_s=3,
                            sandbox=Sandbox(limits=ResourceLimits(processes=32)))
     result = run_tool(bomb, {}, ctx(tmp_path), 10)
-    assert not result.ok and result.error_code in (ErrorCode.TIMEOUT, ErrorCode.INTERNAL)
+    assert not result.ok and result.error_code in (ErrorCode.RESOURCE_LIMIT, ErrorCode.TIMEOUT, ErrorCode.INTERNAL)
     time.sleep(0.2)
     assert processes_with("agentfleet-test-bomb") == []
 
@@ -227,23 +227,26 @@ def test_a_grandchild_left_behind_by_a_finished_tool_is_gone_too(tmp_path: Path)
     assert processes_with("agentfleet-test-left") == []
 
 
-def test_the_work_directory_is_private_to_the_call_and_removed_after(tmp_path: Path) -> None:
-    where = py("where", "import json, os; open('note', 'w').write('x'); print(json.dumps(os.getcwd()))")
+def test_the_work_directory_is_private_to_the_call_and_never_on_the_hosts_disk(tmp_path: Path) -> None:
+    where = py("where", "import json, os; open('note-agentfleet-where', 'w').write('x'); "
+                        "print(json.dumps([os.getcwd(), open('/proc/self/mountinfo').read()]))")
     result = run_tool(where, {}, ctx(tmp_path), 10)
-    assert result.output == "/sandbox/work"
-    from agentfleet.harness.subprocess_tool import CALLS_ROOT
-    assert not any(p.name.startswith("where-") for p in CALLS_ROOT.iterdir())
+    cwd, mounts = result.output
+    assert cwd == "/sandbox/work" and any(" /sandbox/work " in m and " tmpfs " in m for m in mounts.splitlines())
+    import subprocess
+    found = subprocess.run(["find", "/tmp", "/var/tmp", "-name", "note-agentfleet-where"], capture_output=True,
+                           text=True)
+    assert found.stdout == ""
 
 
 def test_a_kept_work_directory_becomes_an_artifact(tmp_path: Path) -> None:
     maker = py("maker", "open('report.txt', 'w').write('hello'); print('{}')", sandbox=Sandbox(keep_workdir=True))
     result = run_tool(maker, {}, ctx(tmp_path), 10)
     assert result.ok and result.output == {} and result.artifacts
-    [(ref, tarball)] = result.payloads().items()
-    import io
+    [(ref, tarball)] = result.payloads().items()  # a file: the tree never sits whole in the worker's memory
     import tarfile
-    with tarfile.open(fileobj=io.BytesIO(tarball)) as tar:
-        assert tar.extractfile("report.txt").read() == b"hello"  # type: ignore[union-attr]
+    with tarfile.open(fileobj=tarball) as tar:
+        assert tar.extractfile("./report.txt").read() == b"hello"  # type: ignore[union-attr]
     assert result.artifacts[0]["kind"] == "workdir" and result.artifacts[0]["ref"] == ref
 
 
@@ -367,13 +370,14 @@ def test_events_a_subprocess_tool_cannot_publish_fail_its_call_and_none_is_sent(
 
 
 def test_events_file_swapped_for_a_symlink_is_not_followed(tmp_path: Path) -> None:
-    """Read by the executor outside the sandbox: a link to a file of the worker's must not be read."""
+    """The events "file" is a pipe the call inherits: there is no path on the host to swap for a link to a
+    file of the worker's, and the executor never opens one."""
     canary = Path.home() / f".agentfleet-canary-events-{os.getpid()}"
     canary.write_text('{"name": "stolen.secret", "payload": {"secret": "CANARY"}}\n')
     try:
         c = ctx(tmp_path)
-        result = run_tool(announcer(f'ln -sf {canary} "$AGENTFLEET_EVENTS"'), {}, c, 10)
+        result = run_tool(announcer(f'ln -sf {canary} "$AGENTFLEET_EVENTS"; ln -sf {canary} ev; '
+                                    f'export AGENTFLEET_EVENTS=ev'), {}, c, 10)
     finally:
         canary.unlink()
-    assert result.error_code == ErrorCode.INTERNAL and "not a regular file" in (result.message or ""), result
     assert c.published == [] and "CANARY" not in json.dumps(result.model_dump())
