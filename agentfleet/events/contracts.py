@@ -176,9 +176,11 @@ Decision = Literal["approved", "denied", "expired"]
 class ApprovalResolve(BaseModel):
     """An answer to an approval request: plain JSON to ``<ns>.inbox``, routing key ``approval.resolve``.
 
-    Who answered is the message's ``user_id`` property (RabbitMQ checks it against the connection's
-    user) or else ``by``. ``arguments`` (with ``approve`` only) replace the call's arguments and must fit
-    the tool's schema, or the answer is refused and the request stays pending.
+    Who answered is the message's ``user_id`` property, which RabbitMQ checks against the connection's
+    user; an answer without it is refused (PERMISSION_DENIED). ``by`` is kept beside it when it names
+    someone else ("guest (as carol)"), never instead of it. ``arguments`` (with ``approve`` only) replace
+    the call's arguments and must fit the tool's schema, or the answer is refused and the request stays
+    pending.
     """
 
     model_config = ConfigDict(extra="forbid")

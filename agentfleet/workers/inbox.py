@@ -107,13 +107,13 @@ class Inbox:
         self.rt.publisher.publish([external_event(name, event_id, payload)])
 
     def _answer(self, message: Message, body: bytes, reply_to: str | None, correlation_id: str | None) -> None:
-        """An answer to an approval request. Who answered: the ``user_id`` property (the broker checks it
-        against the connection's user), else the body's ``by``."""
+        """An answer to an approval request. Who answered is what the broker vouches for: the ``user_id``
+        property, which RabbitMQ checks against the connection's user. The body's ``by`` is the sender's own
+        word: kept beside it ("guest (as carol)"), never instead of it; an answer without ``user_id`` is refused."""
         settings = self.rt.settings
         answer = parse_plain(ApprovalResolve, body, max_depth=settings.max_json_depth,
                              encoding=message.content_encoding, what="approval answer")
-        user_id = (message.properties or {}).get("user_id")
-        by = user_id if isinstance(user_id, str) and user_id else (answer.by or "anonymous (no user_id, no by)")
+        by = answerer((message.properties or {}).get("user_id"), answer.by)
         accepted = resolve(self.rt, answer, by)
         if reply_to:
             self.rt.publisher.reply(reply_to, correlation_id, accepted)
@@ -175,3 +175,14 @@ def _fields(body: bytes, max_bytes: int, max_depth: int) -> dict[str, str]:
     if not isinstance(data, dict):
         return {}
     return {k: v[:200] for k in ("agent", "goal_id", "run_id", "call_id") if isinstance(v := data.get(k), str)}
+
+
+def answerer(user_id: object, claimed: str | None) -> str:
+    """Who answered an approval over AMQP: the broker-checked ``user_id``, with the body's ``by`` beside it when
+    it names someone else. Without ``user_id`` nobody vouches for the sender: refused."""
+    if not isinstance(user_id, str) or not user_id.strip() or not user_id.isprintable():
+        raise ApprovalRefused("an approval answer must carry the user_id property (the broker checks it against "
+                              "the connection's user); the body's 'by' alone vouches for nobody",
+                              code=ErrorCode.PERMISSION_DENIED)
+    return user_id if not claimed or claimed == user_id else f"{user_id} (as {claimed})"
+

@@ -86,8 +86,9 @@ def test_denials_expiry_and_refused_answers_over_the_inbox(
 
     base = {"run_id": denied_run, "call_id": "p"}
     bad_edit = answer(client, namespace, {**base, "decision": "approve", "arguments": {"payee": "eve",
-                                                                                      "amount": "lots"}})
-    unknown = answer(client, namespace, {**base, "call_id": "nope", "decision": "approve"})
+                                                                                      "amount": "lots"}},
+                      user_id="guest")
+    unknown = answer(client, namespace, {**base, "call_id": "nope", "decision": "approve"}, user_id="guest")
     malformed = answer(client, namespace, b'{"run_id": ')
     refused = client.replies(3, timeout=60)
     assert refused[bad_edit]["error_code"] == ErrorCode.INVALID_ARGUMENTS, refused[bad_edit]
@@ -97,13 +98,19 @@ def test_denials_expiry_and_refused_answers_over_the_inbox(
     assert all(r["status"] == "rejected" and r["type"] == "approval.answer" for r in refused.values())
     assert [a.call_id for a in store.pending_approvals(run_id=denied_run)] == ["p"]  # still waiting
 
-    deny = answer(client, namespace, {**base, "decision": "deny", "note": "not this vendor", "by": "carol"})
+    # Containment 13: the body's "by" is whatever the sender writes; the broker vouches for user_id.
+    unvouched = answer(client, namespace, {**base, "decision": "approve", "by": "the-cfo"})
+    assert client.replies(1, timeout=60)[unvouched]["error_code"] == ErrorCode.PERMISSION_DENIED
+    assert [a.call_id for a in store.pending_approvals(run_id=denied_run)] == ["p"]  # still waiting
+    deny = answer(client, namespace, {**base, "decision": "deny", "note": "not this vendor", "by": "carol"},
+                  user_id="guest")
     expiring_corr, expiring_run = submit(client, namespace, "payer",
                                          pays([["s", "pay_soon", {"payee": "acme", "amount": 1}]]))
     replies = client.replies(3, timeout=60)
-    assert replies[deny]["status"] == "accepted" and replies[deny]["by"] == "carol"
+    assert replies[deny]["status"] == "accepted" and replies[deny]["by"] == "guest (as carol)"
     [seen] = replies[denied_corr]["output"]["seen"]
-    assert seen["error_code"] == ErrorCode.APPROVAL_DENIED and "carol denied pay: not this vendor" in seen["message"]
+    assert seen["error_code"] == ErrorCode.APPROVAL_DENIED
+    assert "guest (as carol) denied pay: not this vendor" in seen["message"]
     [seen] = replies[expiring_corr]["output"]["seen"]
     assert seen["error_code"] == ErrorCode.APPROVAL_EXPIRED
     assert lines(tmp_path / f"ledger-{denied_run}.txt") == lines(tmp_path / f"ledger-{expiring_run}.txt") == []
@@ -112,7 +119,7 @@ def test_denials_expiry_and_refused_answers_over_the_inbox(
     for n in notices(client, public, 4):
         by_run.setdefault(n["run_id"], []).append(n)
     assert [(n["type"], n.get("decision"), n.get("by")) for n in by_run[denied_run]] == [
-        ("approval.requested", None, None), ("approval.resolved", "denied", "carol")]
+        ("approval.requested", None, None), ("approval.resolved", "denied", "guest (as carol)")]
     assert [(n["type"], n.get("decision")) for n in by_run[expiring_run]] == [
         ("approval.requested", None), ("approval.resolved", "expired")]
     dead = client.drain(f"{namespace}.{C.DEAD}", 3, timeout=10)  # every refused answer is kept with its reason

@@ -85,7 +85,8 @@ CATALOGUE: list[tuple[str, str, bytes, dict[str, Any], ErrorCode]] = [
      {}, E.MALFORMED_MESSAGE),
     ("oversized answer", R, json.dumps({**ANSWER, "arguments": {"pad": "x" * (2 * MAX_BYTES)}}).encode(), {},
      E.MESSAGE_TOO_LARGE),
-    ("answer to nothing", R, json.dumps(ANSWER).encode(), {}, E.UNKNOWN_APPROVAL),
+    ("answer to nothing", R, json.dumps(ANSWER).encode(), {"user_id": "guest"}, E.UNKNOWN_APPROVAL),
+    ("answer no broker vouches for", R, json.dumps({**ANSWER, "by": "the-cfo"}).encode(), {}, E.PERMISSION_DENIED),
     # Domain events from outside share the inbox too: refused events are answered and dead-lettered alike.
     ("event not json", "domain.case.triaged", b"\xff{", {}, E.MALFORMED_MESSAGE),
     ("event that is an array", "domain.case.triaged", b"[1, 2]", {}, E.MALFORMED_MESSAGE),
@@ -118,6 +119,7 @@ def test_every_hostile_inbox_message_gets_a_coded_answer_and_a_reasoned_dead_let
         corr = uuid.uuid4().hex
         props = pika.BasicProperties(content_type=extra.get("content_type", "application/json"),
                                      content_encoding=extra.get("content_encoding"), headers=extra.get("headers"),
+                                     user_id=extra.get("user_id"),
                                      reply_to=client.reply_queue, correlation_id=corr, delivery_mode=2)
         client.channel.basic_publish(exchange=f"{namespace}.inbox", routing_key=routing_key, body=body,
                                      properties=props)
