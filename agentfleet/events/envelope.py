@@ -123,6 +123,7 @@ class ToolRequested(_Payload):
     sibling_call_ids: list[str]  # every call of this iteration, for the observer's fan-in
     idempotency_key: str
     approval_id: str | None = None  # sent again once a person answered: the answer decides, not the policy
+    deadline_at: float | None = None  # the run's deadline (epoch seconds): the call stops there, like a cancel
 
 
 class ToolFinished(_Payload):

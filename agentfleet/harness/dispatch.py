@@ -106,7 +106,9 @@ class ToolDispatch:
             kwargs = tool.bind(arguments)
         except ToolError as exc:
             return ToolResult.failure(exc.code, exc.message, exc.hint, _ms(started))
-        timeout = tool.effective_timeout_s(self.settings)
+        if ctx.past_deadline:
+            return _past_deadline(tool, "was not started", _ms(started))
+        timeout = ctx.time_left(tool.effective_timeout_s(self.settings))
         ttl = self.settings.tool_cache_ttl_s if tool.cache_ttl_s is None else tool.cache_ttl_s
         cache_key = self.cache.key(tool.name, kwargs) if tool.read_only and ttl > 0 else None
         # One round trip on the hot path: the tool's health, its breaker, whether its run has ended (cancelled,
@@ -132,6 +134,8 @@ class ToolDispatch:
             if hit:
                 return ToolResult(ok=True, output=output, duration_ms=_ms(started), cache_hit=True)
         result, ran = self._run(tool, kwargs, ctx, timeout, started)
+        if not result.ok and ctx.past_deadline:  # cut by the run's deadline, not by its own timeout or fault
+            return _past_deadline(tool, "was stopped", result.duration_ms)
         if ran:
             self.breaker.record(tool.name, result, trial=trial)
         else:
@@ -163,6 +167,11 @@ def _unavailable(tool: Tool, here: Availability, duration_ms: float) -> ToolResu
             else f"Do without {tool.name}, or call it again later.")
     return ToolResult.failure(ErrorCode.TOOL_UNAVAILABLE, f"{tool.name} is unavailable: {here.reason}", hint,
                               duration_ms, retryable=True)
+
+
+def _past_deadline(tool: Tool, what: str, duration_ms: float) -> ToolResult:
+    return ToolResult.failure(ErrorCode.DEADLINE, f"{tool.name} {what}: its run's deadline passed",
+                              "The run is ending; nothing more runs for it.", duration_ms)
 
 
 def _text(raw: bytes | str) -> str:

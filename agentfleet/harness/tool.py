@@ -13,6 +13,7 @@ from __future__ import annotations
 import inspect
 import string
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,6 +51,7 @@ class ToolContext:
     idempotency_key: str  # pass it to outside systems (payment APIs, ticketing) that dedupe
     workspace: Path
     attempt: int = 1
+    deadline_at: float | None = None  # the run's deadline (epoch seconds): past it the call stops, like a cancel
     # Set by the executor: whether the call's run was cancelled (read from the fleet), and where a heartbeat
     # is recorded. The runner adds its own stop (the timeout) through ``stop``.
     cancel_check: Callable[[], bool] | None = field(default=None, repr=False, compare=False)
@@ -80,9 +82,19 @@ class ToolContext:
         """Whether this call should stop now: its run was cancelled, or the harness gave up on it (timeout).
 
         A long in-process tool looks at this between units of work; a subprocess tool is stopped for it."""
-        if self.stopped.is_set():
+        if self.stopped.is_set() or self.past_deadline:
             return True
         return bool(self.cancel_check and self.cancel_check())
+
+    @property
+    def past_deadline(self) -> bool:
+        return self.deadline_at is not None and time.time() >= self.deadline_at
+
+    def time_left(self, timeout_s: float) -> float:
+        """``timeout_s``, or less when the run's deadline comes first."""
+        if self.deadline_at is None:
+            return timeout_s
+        return max(0.0, min(timeout_s, self.deadline_at - time.time()))
 
     def heartbeat(self, details: Any = None) -> None:
         """Say the call is alive (``details``: how far it got, shown to operators), and stop if it should:

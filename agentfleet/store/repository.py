@@ -14,13 +14,14 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, BinaryIO
 
 from sqlalchemy import Connection, Engine, Text, cast, func, select, text, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
+from agentfleet.constants import DEFAULT_DEADLINE_S
 from agentfleet.harness.redaction import redact
 from agentfleet.hooks.base import Hooks, Transition
 from agentfleet.loop.states import TERMINAL, RunState, can_transition
@@ -94,6 +95,13 @@ class RunRecord:
 
     def elapsed_s(self) -> float:
         return (now() - self.created_at).total_seconds()
+
+    def deadline_at(self) -> datetime:
+        """When the run's wall-time budget ends (a delegated run's limits are already within its ancestors')."""
+        return self.created_at + timedelta(seconds=float(self.limits.get("deadline_s") or DEFAULT_DEADLINE_S))
+
+    def past_deadline(self) -> bool:
+        return now() >= self.deadline_at()
 
     @property
     def ancestors(self) -> list[str]:

@@ -252,7 +252,7 @@ def _attempt(step: Step, req: ToolRequested, attempt: int, arguments: dict[str, 
         ), False, []
     run_id, stops, store = step.env.run_id, step.rt.stops, step.rt.store
     ctx = ToolContext(run_id=run_id, call_id=req.call.id, idempotency_key=req.idempotency_key,
-                      workspace=settings.workspace, attempt=attempt,
+                      workspace=settings.workspace, attempt=attempt, deadline_at=req.deadline_at,
                       cancel_check=lambda: stops.stopped(run_id),
                       heartbeat_sink=lambda details: stops.heartbeat(req.idempotency_key, details),
                       artifact=lambda ref, offset, length: store.artifact_part(run_id, ref, offset, length))

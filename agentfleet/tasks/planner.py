@@ -276,7 +276,8 @@ def _dispatch(step: Step, run: RunRecord, new_messages: list[Message], iteration
         step.event(
             EventType.TOOL_REQUESTED,
             ToolRequested(agent=run.agent, iteration=iteration, call=call, sibling_call_ids=call_ids,
-                          idempotency_key=idempotency_key(run.run_id, iteration, "tool", call.id)),
+                          idempotency_key=idempotency_key(run.run_id, iteration, "tool", call.id),
+                          deadline_at=run.deadline_at().timestamp()),
             key=(iteration, call.id),
         )
         for call in decision.calls if call not in handed

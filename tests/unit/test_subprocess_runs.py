@@ -70,3 +70,41 @@ def test_a_long_python_tool_heartbeats_and_stops_when_its_run_is_cancelled(fleet
     done = eventually(lambda: [s for s in fleet.store.steps(run_id) if s["kind"] == "tool"
                                and s["status"] != "started"], timeout=10)
     assert done[0]["output"]["error_code"] == "CANCELLED"
+
+
+@pytest.mark.parametrize("agent, goal", [("napper", {"seconds": 25}), ("counter", {"upto": 100000})])
+def test_a_deadline_stops_a_running_tool_as_a_cancel_does(fleet: EmbeddedFleet, agent: str, goal: dict) -> None:
+    """Containment 12: a 25 s tool under deadline_s=3 answered after 26 s, heartbeat or not."""
+    started = time.monotonic()
+    run_id = fleet.submit({"agent": agent, "input": goal, "limits": {"deadline_s": 3}})
+    run = wait_for_run(fleet.store, run_id, timeout=30)
+    assert run.result is not None and run.result["error_code"] == "DEADLINE", run.result
+    assert time.monotonic() - started < 12
+    step = eventually(lambda: [s for s in fleet.store.steps(run_id) if s["kind"] == "tool"
+                               and s["status"] != "started"], timeout=10)
+    assert step[0]["output"]["error_code"] == "DEADLINE", step[0]["output"]
+    eventually(lambda: not processes_with(NAP_MARKER), timeout=10, message="the tool outlived its run's deadline")
+
+
+def test_a_call_that_reaches_the_executor_after_its_runs_deadline_is_not_started(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """An approved call sent on after the deadline, or one that waited in the queue past it."""
+    import fakeredis
+
+    from agentfleet import ToolContext, tool
+    from agentfleet.config.settings import Settings
+    from agentfleet.harness.dispatch import ToolDispatch
+    from agentfleet.harness.fleet_redis import FleetRedis
+
+    entered: list[int] = []
+
+    @tool
+    def pay_now() -> dict:
+        """Pay."""
+        entered.append(1)
+        return {}
+
+    d = ToolDispatch(FleetRedis(fakeredis.FakeRedis(decode_responses=True), "t", secret=b"k"),
+                     Settings(profile="embedded"), by="e", report=lambda t: None)
+    late = ToolContext(run_id="r", call_id="c", idempotency_key="k", workspace=tmp_path, deadline_at=time.time() - 1)
+    result = d.call(pay_now, {}, late)
+    assert result.error_code == "DEADLINE" and entered == []
