@@ -111,6 +111,7 @@ class TreeLevel:
     usage: Usage
     steps_used: int
     elapsed_s: float
+    ended: str | None = None  # the state it ended in, if it has: nothing beneath it may start or take a turn
 
 
 def check_tree(levels: list[TreeLevel]) -> Termination | None:
@@ -118,6 +119,9 @@ def check_tree(levels: list[TreeLevel]) -> Termination | None:
     whose subtree has spent its limits stops the run, with the same code a single run gets. Siblings draw
     on one budget, so the one that needs more may use what another left."""
     for level in levels:
+        if level.ended is not None:
+            return Termination(ErrorCode.CANCELLED, f"its ancestor {level.label} has ended ({level.ended}); "
+                                                    "nothing beneath it runs on")
         gate = check_gates(level.limits, level.usage, 0, level.elapsed_s, level.steps_used)
         if gate is not None:
             return Termination(gate.code, f"the tree's budget, at {level.label}: {gate.message}")

@@ -135,7 +135,8 @@ def _plan(step: Step, agent: Agent, run: RunRecord, *, iteration: int, new_messa
             raise InFlight(f"plan step {key} is being planned elsewhere")
         gate = check_gates(limits, run.usage, iteration, run.elapsed_s(), run.steps_used) or _tree_gate(store, run)
         if gate is not None:
-            return _end(step, run, new_messages, iteration, None, ResultStatus.FAILED, gate.code, gate.message)
+            status = ResultStatus.CANCELLED if gate.code == ErrorCode.CANCELLED else ResultStatus.FAILED
+            return _end(step, run, new_messages, iteration, None, status, gate.code, gate.message)
         offer = step.rt.dispatch.offer(list(agent.tools.values()))
         record = store.begin_step(key=key, run_id=run.run_id, iteration=iteration, kind="plan", worker=step.worker,
                                   input={"tools": offer.tools, "notice": offer.notice})
@@ -180,11 +181,14 @@ def _plan(step: Step, agent: Agent, run: RunRecord, *, iteration: int, new_messa
 
 
 def _tree_gate(store: Store, run: RunRecord) -> Termination | None:
-    """A delegated run also stops when an ancestor's subtree has spent that ancestor's limits (one query)."""
+    """A delegated run also stops when an ancestor has ended (its cancel cannot reach a child whose goal was
+    still queued, with no run to cancel yet: the child sees it here, before its first turn and every other),
+    or when an ancestor's subtree has spent that ancestor's limits. One query."""
     if not run.ancestors:
         return None
     return check_tree([TreeLevel(f"run {a.run_id} ({a.agent})", Limits.model_validate(a.limits), a.usage,
-                                 a.steps_used, a.elapsed_s()) for a in store.get_runs(run.ancestors)])
+                                 a.steps_used, a.elapsed_s(), str(a.state) if is_terminal(a.state) else None)
+                       for a in store.get_runs(run.ancestors)])
 
 
 def _checkpointed_offer(recorded: object, current: Offer) -> Offer:

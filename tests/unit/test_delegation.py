@@ -135,3 +135,32 @@ def test_siblings_spend_from_one_live_tree_budget(fleet: EmbeddedFleet) -> None:
     assert spent >= 150  # far past an even share (95): its sibling needed 20
     assert (root.state, root.error_code) == (RunState.FAILED, "TOKEN_BUDGET")
     assert 200 <= root.input_tokens + root.output_tokens == 10 + 20 + spent <= 200 + 20
+
+
+def test_a_child_whose_goal_was_still_queued_when_its_root_ended_never_takes_a_turn(fleet: EmbeddedFleet) -> None:
+    """Containment 14: with the planner busy, a root cancelled while WAITING_CHILDREN left its subtree running
+    (25/25 descendants succeeded): their goals were still queued, so there was no run to send a cancel to."""
+    from agentfleet.events.envelope import GoalSubmitted, ParentCall
+    from agentfleet.loop.keys import child_goal_id, run_id_for
+
+    root_id = fleet.submit({"agent": "cancel_root", "input": {}})
+    eventually(lambda: (r := fleet.store.get_run(root_id)) is not None and r.state == RunState.WAITING_CHILDREN,
+               timeout=30)
+    fleet.runtime.publisher.publish([Envelope.new(EventType.RUN_CANCEL_REQUESTED, root_id,
+                                                  RunCancelRequested(reason="stop everything"), trace_id="t")])
+    root = wait_for_run(fleet.store, root_id)
+    assert root.state == RunState.CANCELLED
+    # The goal of a child its root handed off just before the cancel, picked up only now (the planner was busy).
+    late_goal = child_goal_id(root_id, "late-call")
+    fleet.runtime.publisher.publish([Envelope.new(EventType.GOAL_SUBMITTED, run_id_for("counter", late_goal),
+                                                  GoalSubmitted(agent="counter", goal_id=late_goal,
+                                                                input={"upto": 100000},
+                                                                parent=ParentCall(run_id=root_id, agent="cancel_root",
+                                                                                  iteration=0, call_id="late-call",
+                                                                                  sibling_call_ids=["late-call"],
+                                                                                  ancestors=[root_id])),
+                                                  trace_id=root.trace_id)])
+    late = wait_for_run(fleet.store, run_id_for("counter", late_goal))
+    assert late.state == RunState.CANCELLED and late.steps_used == 0, late.result
+    assert f"its ancestor run {root_id}" in late.result["message"]  # type: ignore[index]
+    assert [s for s in fleet.store.steps(late.run_id) if s["kind"] == "tool"] == []  # no tool ever ran for it
