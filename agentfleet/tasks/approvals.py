@@ -47,8 +47,9 @@ def resolve(rt: Runtime, answer: ApprovalResolve, by: str, *, publish: bool = Tr
         _check_open(record, run.state if run else None)
         if run is not None and run.past_deadline():
             # The run is over in all but name (the sweeper ends it DEADLINE): nothing may run for it now.
-            raise ApprovalRefused(f"run {run.run_id} passed its deadline at {run.deadline_at().isoformat(timespec='seconds')}"
-                                  "; nothing runs for it any more", code=ErrorCode.APPROVAL_NOT_PENDING)
+            at = run.deadline_at().isoformat(timespec="seconds")
+            raise ApprovalRefused(f"run {run.run_id} passed its deadline at {at}; nothing runs for it any more",
+                                  code=ErrorCode.APPROVAL_NOT_PENDING)
         if decision == "approved" and record.expires_at is not None and record.expires_at <= now():
             raise ApprovalRefused(f"the request expired at {record.expires_at.isoformat(timespec='seconds')}",
                                   code=ErrorCode.APPROVAL_NOT_PENDING)
