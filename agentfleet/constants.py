@@ -54,6 +54,10 @@ DEFAULT_MAX_STEPS: Final = 20
 DEFAULT_MAX_REPAIRS: Final = 3
 # Tool calls one model turn may make: a turn of 1,000 calls would be 1,000 side effects decided as one step.
 DEFAULT_MAX_CALLS_PER_TURN: Final = 32
+# Triggered runs: how many triggers deep one causal chain may go (an agent whose tool publishes the event that
+# triggers it would otherwise start a run every second, forever), and how many runs one trace may hold in all.
+TRIGGER_MAX_DEPTH: Final = 8
+TRACE_MAX_RUNS: Final = 500
 DEFAULT_MAX_TOKENS: Final = 200_000
 DEFAULT_MAX_COST_USD: Final = 5.0
 DEFAULT_DEADLINE_S: Final = 600.0

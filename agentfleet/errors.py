@@ -44,6 +44,7 @@ class ErrorCode(StrEnum):
     INTERNAL = "INTERNAL"
     RESOURCE_LIMIT = "RESOURCE_LIMIT"  # a subprocess tool ran past a sandbox limit (CPU time, file size)
     UNKNOWN_OUTCOME = "UNKNOWN_OUTCOME"  # a non-idempotent tool's earlier attempt died mid-call
+    TRIGGER_LOOP = "TRIGGER_LOOP"  # a trigger would go past its chain's depth or its trace's run budget
     NOT_RUN = "NOT_RUN"  # a call of a turn told back to the model as unusable (another call in it was bad)
     TOO_MANY_CALLS = "TOO_MANY_CALLS"  # a model turn made more tool calls than limits.max_calls_per_turn
     # Approval answers (replies to approval.resolve, and the CLI's refusals).
@@ -73,6 +74,9 @@ RECOVERY_SUGGESTIONS: dict[ErrorCode, str] = {
     ErrorCode.COST_BUDGET: "Raise limits.max_cost_usd.",
     ErrorCode.DEADLINE: "Raise limits.deadline_s or split the goal.",
     ErrorCode.NO_PROGRESS: "The model repeated itself; refine its instructions or tools.",
+    ErrorCode.TRIGGER_LOOP: "Agents trigger each other in a loop: break the cycle of events, or raise "
+                            "AGENTFLEET_TRIGGER_MAX_DEPTH / AGENTFLEET_TRACE_MAX_RUNS if the chain is meant to be "
+                            "long.",
     ErrorCode.TOO_MANY_CALLS: "The model kept making more tool calls in one turn than limits.max_calls_per_turn "
                               "allows; raise the limit or split the work.",
     ErrorCode.CANCELLED: "Submit the goal again with a new goal_id if it is still wanted.",

@@ -77,6 +77,10 @@ class Settings(BaseSettings):
     breaker_failures: int = Field(default=constants.BREAKER_FAILURES, ge=1)
     breaker_window_s: float = Field(default=constants.BREAKER_WINDOW_S, gt=0)
     breaker_cooldown_s: float = Field(default=constants.BREAKER_COOLDOWN_S, gt=0)
+    # Trigger chains: a triggered run's generation is one more than the run whose event started it; past the depth,
+    # or past the runs one trace may hold, a trigger starts nothing (dead-lettered TRIGGER_LOOP).
+    trigger_max_depth: int = Field(default=constants.TRIGGER_MAX_DEPTH, ge=1, le=1000)
+    trace_max_runs: int = Field(default=constants.TRACE_MAX_RUNS, ge=1)
     # Read-only tools' results are cached this long unless the tool says otherwise (0: not cached).
     tool_cache_ttl_s: float = Field(default=constants.TOOL_CACHE_TTL_S, ge=0)
     # Approval rules for every agent: a JSON list of ApprovalRule objects (agentfleet.harness.policy).

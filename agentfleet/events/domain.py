@@ -129,6 +129,23 @@ def started_by(triggers: Iterable[tuple[Any, Trigger]], event_id: str, payload: 
     return out
 
 
+def generation_of(cause: Mapping[str, Any] | None) -> int:
+    """How many triggers deep a run is: 0 for a goal from outside, n for the nth run of a trigger chain."""
+    value = (cause or {}).get("generation", 1 if cause else 0)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 1
+
+
+def chain_bound(generation: int, in_trace: int, starting: int, *, max_depth: int, max_runs: int) -> str | None:
+    """Why the runs an event's triggers would start (``starting`` of them, ``generation`` deep, beside
+    ``in_trace`` runs already in the trace) must not start, or None: they may."""
+    if generation > max_depth:
+        return (f"this would be generation {generation} of a trigger chain, past trigger_max_depth={max_depth}: "
+                "agents are triggering each other in a loop")
+    if in_trace + starting > max_runs:
+        return (f"the trace already holds {in_trace} runs; {starting} more would pass trace_max_runs={max_runs}")
+    return None
+
+
 def trigger_goal_id(event_id: str, agent: str) -> str:
     """One run per (event id, agent): the goal id a trigger's run gets."""
     return f"{TRIGGER_PREFIX}{event_id}/{agent}"

@@ -727,6 +727,10 @@ class Store:
         with self.engine.connect() as own:
             return [RunRecord.from_row(r) for r in own.execute(stmt).all()]
 
+    def count_runs_in_trace(self, trace_id: str, conn: Connection) -> int:
+        return int(conn.execute(select(func.count()).select_from(T.runs).where(T.runs.c.trace_id == trace_id))
+                   .scalar_one())
+
     def runs_in_trace(self, trace_id: str, limit: int = 1000) -> list[RunRecord]:
         """Every run sharing a trace id (a goal, the runs it delegated to and those its events triggered)."""
         stmt = (select(T.runs).where(T.runs.c.trace_id == trace_id)

@@ -16,7 +16,7 @@ from sqlalchemy import Connection
 from agentfleet import constants as C
 from agentfleet.errors import RECOVERY_SUGGESTIONS, ErrorCode, MalformedEvent
 from agentfleet.events.contracts import DomainNotice, Result, ResultStatus, RunNotice, ToolHealthNotice
-from agentfleet.events.domain import conflict, started_by
+from agentfleet.events.domain import chain_bound, conflict, generation_of, started_by
 from agentfleet.events.envelope import (
     ApprovalRequested,
     ApprovalResolved,
@@ -233,7 +233,7 @@ def on_domain_event(step: Step) -> list[Envelope]:
             conn, event_id=event.event_id, name=event.name, payload=event.payload, source=event.source,
             run_id=step.env.run_id if event.source == "run" else None, step_key=event.step_key,
             trace_id=step.env.trace_id)
-        goals = triggered_goals(step, event) if first else []
+        goals = triggered_goals(step, event, conn) if first else []
         if not first:
             clash = conflict(event.event_id, event.payload, store.domain_event(event.event_id, conn))
             if clash:  # never dropped silently: kept with the reason (the inbox answers most of these first)
@@ -248,9 +248,27 @@ def on_domain_event(step: Step) -> list[Envelope]:
     return events
 
 
-def triggered_goals(step: Step, event: DomainEvent) -> list[Envelope]:
+def triggered_goals(step: Step, event: DomainEvent, conn: Connection) -> list[Envelope]:
+    """The goals of the runs an event's triggers start, each carrying its place in the causal chain (the trace,
+    and its generation); none past the chain's bounds: those are dead-lettered TRIGGER_LOOP."""
+    triggers = step.rt.agents.triggered_by(event.name)
+    if not triggers:
+        return []
+    starts = started_by(triggers, event.event_id, event.payload)
+    settings, store = step.rt.settings, step.rt.store
+    generation = _generation_of_source(step, event, conn) + 1
+    bound = chain_bound(generation, store.count_runs_in_trace(step.env.trace_id, conn),
+                        sum(1 for s in starts if not s.problems), max_depth=settings.trigger_max_depth,
+                        max_runs=settings.trace_max_runs)
     goals = []
-    for start in started_by(step.rt.agents.triggered_by(event.name), event.event_id, event.payload):
+    for start in starts:
+        if bound is not None:
+            step.rt.publisher.dead_letter(
+                {"agent": start.agent, "goal_id": start.goal_id, "input": start.input},
+                reason=f"trigger {event.name} → {start.agent} started nothing: {bound}",
+                error_code=ErrorCode.TRIGGER_LOOP, source=f"trigger:{event.name}",
+                original_routing_key=f"{C.GOAL_ROUTING_PREFIX}{start.agent}")
+            continue
         if start.problems:
             step.rt.publisher.dead_letter(
                 {"agent": start.agent, "goal_id": start.goal_id, "input": start.input},
@@ -260,9 +278,25 @@ def triggered_goals(step: Step, event: DomainEvent) -> list[Envelope]:
                 original_routing_key=f"{C.GOAL_ROUTING_PREFIX}{start.agent}")
             continue
         cause = {"event": event.name, "event_id": event.event_id, "source": event.source,
-                 "run_id": step.env.run_id if event.source == "run" else None}
+                 "run_id": step.env.run_id if event.source == "run" else None, "generation": generation}
         payload = GoalSubmitted(agent=start.agent, goal_id=start.goal_id, input=start.input, cause=cause)
         goals.append(Envelope.new(EventType.GOAL_SUBMITTED, run_id_for(start.agent, start.goal_id), payload,
                                   trace_id=step.env.trace_id, causation_id=step.env.event_id,
                                   event_id=derived_event_id(event.event_id, "trigger", start.agent)))
     return goals
+
+
+def _generation_of_source(step: Step, event: DomainEvent, conn: Connection) -> int:
+    """The generation of the run that published the event (a delegated run counts as its root's), or 0 for an
+    event from outside."""
+    if event.source != "run":
+        return 0
+    store = step.rt.store
+    run = store.get_run(step.env.run_id, conn)
+    if run is None:
+        return 0
+    if run.cause is None and run.ancestors:
+        root = store.get_run(run.ancestors[0], conn)
+        return generation_of(root.cause if root else None)
+    return generation_of(run.cause)
+
