@@ -112,6 +112,7 @@ class TreeLevel:
     steps_used: int
     elapsed_s: float
     ended: str | None = None  # the state it ended in, if it has: nothing beneath it may start or take a turn
+    reserved: Reservation | None = None  # what turns in flight beneath it hold: counted as spent
 
 
 def check_tree(levels: list[TreeLevel]) -> Termination | None:
@@ -122,10 +123,40 @@ def check_tree(levels: list[TreeLevel]) -> Termination | None:
         if level.ended is not None:
             return Termination(ErrorCode.CANCELLED, f"its ancestor {level.label} has ended ({level.ended}); "
                                                     "nothing beneath it runs on")
-        gate = check_gates(level.limits, level.usage, 0, level.elapsed_s, level.steps_used)
+        held = level.reserved or NOTHING_RESERVED
+        usage = level.usage + Usage(input_tokens=held.tokens, cost_usd=held.cost_usd)
+        gate = check_gates(level.limits, usage, 0, level.elapsed_s, level.steps_used + held.steps)
         if gate is not None:
-            return Termination(gate.code, f"the tree's budget, at {level.label}: {gate.message}")
+            return Termination(gate.code, f"the tree's budget, at {level.label}: {gate.message}"
+                                          + (" (with the turns in flight beneath it)" if level.reserved else ""))
     return None
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """A delegated run's turn in flight, held in every ancestor from before its model call until it records what
+    it spent: siblings planning at the same time see each other's, so a tree cannot overshoot its budget by
+    one turn per planner thread, only by one turn's estimate error."""
+
+    tokens: int
+    cost_usd: float = 0.0
+    steps: int = 1
+
+    def as_dict(self) -> dict[str, float]:
+        return {"tokens": self.tokens, "cost_usd": self.cost_usd, "steps": self.steps}
+
+    @classmethod
+    def from_dict(cls, data: object) -> Reservation | None:
+        """A reservation as a plan step recorded it (stored rows are input: anything else is none)."""
+        if not isinstance(data, dict):
+            return None
+        tokens, cost, steps = data.get("tokens"), data.get("cost_usd"), data.get("steps")
+        if not (isinstance(tokens, int) and isinstance(cost, int | float) and isinstance(steps, int)):
+            return None
+        return cls(tokens, float(cost), steps)
+
+
+NOTHING_RESERVED = Reservation(0, 0.0, 0)
 
 
 def remaining(limits: Limits, usage: Usage, steps_used: int, elapsed_s: float) -> Limits | Termination:

@@ -7,11 +7,12 @@ iteration of any run, so everything a model needs is in the request.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, Field
 
-from agentfleet.loop.transcript import Message, ModelTurn
+from agentfleet.loop.transcript import Message, ModelTurn, Usage
 
 
 class ModelRequest(BaseModel):
@@ -44,3 +45,22 @@ class Model(Protocol):
     offline: bool
 
     def complete(self, request: ModelRequest) -> ModelTurn: ...
+
+
+OUTPUT_ESTIMATE_TOKENS = 1024  # what a turn is expected to write, when its model cannot say
+
+
+def estimated_usage(model: Any, request: ModelRequest, prices: Mapping[str, Any]) -> Usage:
+    """What a turn is expected to cost before it is taken (its reservation in a tree's budget): the model's own
+    estimate where it has one (``estimate(request) -> Usage``: a scripted or replayed model knows its turn),
+    else the prompt at 4 characters a token and an output allowance, priced from the table."""
+    own = getattr(model, "estimate", None)
+    if callable(own):
+        said = own(request)
+        if isinstance(said, Usage):
+            return said
+    from agentfleet.models.pricing import usage_of
+
+    prompt = sum(len(m.content or "") + sum(len(json.dumps(c.arguments)) for c in m.tool_calls)
+                 for m in request.messages) + len(json.dumps(request.tools))
+    return usage_of(str(getattr(model, "name", "")), prompt // 4, OUTPUT_ESTIMATE_TOKENS, 0, prices)

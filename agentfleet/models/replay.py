@@ -105,6 +105,12 @@ class ReplayModel:
         # One line per iteration replayed: (iteration, matched, what differed); `agentfleet replay` reports it.
         self.checks: list[tuple[int, bool, str]] = []
 
+    def estimate(self, request: ModelRequest) -> Usage | None:
+        """The recorded usage of the turn it will replay (what a delegated run reserves in its tree's budget)."""
+        if request.iteration >= len(self.cassette.turns):
+            return None
+        return self.cassette.turns[request.iteration].usage
+
     def complete(self, request: ModelRequest) -> ModelTurn:
         if request.iteration >= len(self.cassette.turns):
             raise ModelError(

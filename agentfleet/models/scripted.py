@@ -36,6 +36,17 @@ class ScriptedModel:
                  if c.id.startswith(_AUTO) else c for c in result.tool_calls]
         return result.model_copy(update={"model": self.name, "tool_calls": calls})
 
+    def estimate(self, request: ModelRequest) -> Usage | None:
+        """The usage of the turn it will give (its turns are written down; a function of the request is called
+        on the same request): what a delegated run reserves in its tree's budget."""
+        if request.iteration >= len(self.turns):
+            return None
+        turn = self.turns[request.iteration]
+        try:
+            return (turn(request) if callable(turn) else turn).usage
+        except Exception:  # a turn that acts out a provider's failure: it will cost nothing
+            return Usage()
+
     @staticmethod
     def calls(*calls: tuple[str, dict[str, Any]] | ToolCall, tokens: int = 10) -> ModelTurn:
         """A turn making these calls. Calls given as (name, args) get ids unique in the run (``i<iteration>-call<n>``,

@@ -24,6 +24,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from agentfleet.constants import DEFAULT_DEADLINE_S
 from agentfleet.harness.redaction import redact
 from agentfleet.hooks.base import Hooks, Transition
+from agentfleet.loop.budgets import Reservation
 from agentfleet.loop.states import TERMINAL, RunState, can_transition
 from agentfleet.loop.transcript import MESSAGES, Message, Usage
 from agentfleet.store import tables as T
@@ -73,6 +74,9 @@ class RunRecord:
     parent_run_id: str | None = None
     parent: dict[str, Any] | None = None
     cause: dict[str, Any] | None = None
+    reserved_tokens: int = 0
+    reserved_cost_usd: float = 0.0
+    reserved_steps: int = 0
 
     @classmethod
     def from_row(cls, row: Any) -> RunRecord:
@@ -738,24 +742,56 @@ class Store:
         with self.engine.connect() as conn:
             return [RunRecord.from_row(r) for r in conn.execute(stmt).all()]
 
-    def add_spend(self, conn: Connection, run_ids: list[str], usage: Usage) -> None:
-        """Count a delegated run's model turn in each of its ancestors' spend, in the transaction that records
-        the turn (once, however often the step is retried): one budget per tree, live. No state change."""
+    def add_spend(self, conn: Connection, run_ids: list[str], usage: Usage | None,
+                  release: Reservation | None = None) -> None:
+        """Count a delegated run's model turn (``usage``; None: the turn was not taken) in each of its ancestors'
+        spend, and give back what the turn had reserved there, in the transaction that records the turn (once,
+        however often the step is retried): one budget per tree, live. No state change."""
         r = T.runs.c
-        values: dict[str, Any] = dict(steps_used=r.steps_used + 1,
-                                      input_tokens=r.input_tokens + usage.input_tokens,
-                                      output_tokens=r.output_tokens + usage.output_tokens,
-                                      cost_usd=r.cost_usd + usage.cost_usd,
-                                      cached_input_tokens=r.cached_input_tokens + usage.cached_input_tokens)
-        if usage.unpriced:
-            values["unpriced"] = True
-        conn.execute(update(T.runs).where(r.run_id.in_(run_ids)).values(**values))
+        values: dict[str, Any] = {}
+        if usage is not None:
+            values = dict(steps_used=r.steps_used + 1, input_tokens=r.input_tokens + usage.input_tokens,
+                          output_tokens=r.output_tokens + usage.output_tokens, cost_usd=r.cost_usd + usage.cost_usd,
+                          cached_input_tokens=r.cached_input_tokens + usage.cached_input_tokens)
+            if usage.unpriced:
+                values["unpriced"] = True
+        if release is not None:
+            values.update(reserved_tokens=r.reserved_tokens - release.tokens,
+                          reserved_cost_usd=r.reserved_cost_usd - release.cost_usd,
+                          reserved_steps=r.reserved_steps - release.steps)
+        if values:
+            conn.execute(update(T.runs).where(r.run_id.in_(run_ids)).values(**values))
 
-    def get_runs(self, run_ids: list[str]) -> list[RunRecord]:
-        """Several runs in one query, in the order asked (those not found left out)."""
-        with self.engine.connect() as conn:
-            found = {r.run_id: r for r in map(RunRecord.from_row, conn.execute(
-                select(T.runs).where(T.runs.c.run_id.in_(run_ids))).all())}
+    def reserve(self, conn: Connection, run_ids: list[str], reservation: Reservation) -> None:
+        """Hold a turn's estimate in each ancestor until the turn records what it spent (``add_spend``)."""
+        r = T.runs.c
+        conn.execute(update(T.runs).where(r.run_id.in_(run_ids)).values(
+            reserved_tokens=r.reserved_tokens + reservation.tokens,
+            reserved_cost_usd=r.reserved_cost_usd + reservation.cost_usd,
+            reserved_steps=r.reserved_steps + reservation.steps))
+
+    def set_step_input(self, conn: Connection, key: str, value: Any) -> None:
+        conn.execute(update(T.steps).where(T.steps.c.idempotency_key == key).values(input=value))
+
+    def step_input(self, conn: Connection, key: str, *, lock: bool = False) -> Any:
+        stmt = select(T.steps.c.input).where(T.steps.c.idempotency_key == key)
+        if lock and self.dialect == "postgresql":
+            stmt = stmt.with_for_update()
+        return conn.execute(stmt).scalar()
+
+    def get_runs(self, run_ids: list[str], conn: Connection | None = None, *, lock: bool = False
+                 ) -> list[RunRecord]:
+        """Several runs in one query, in the order asked (those not found left out); ``lock``: held until the
+        caller's transaction ends, taken in id order (one order for every caller: no deadlock)."""
+        stmt = select(T.runs).where(T.runs.c.run_id.in_(run_ids)).order_by(T.runs.c.run_id)
+        if lock and self.dialect == "postgresql":
+            stmt = stmt.with_for_update()
+        if conn is None:
+            with self.engine.connect() as own:
+                rows = own.execute(stmt).all()
+        else:
+            rows = conn.execute(stmt).all()
+        found = {r.run_id: r for r in map(RunRecord.from_row, rows)}
         return [found[i] for i in run_ids if i in found]
 
     def delegated_calls(self, conn: Connection, run_id: str, iteration: int) -> set[str]:

@@ -42,6 +42,10 @@ runs = Table(
     Column("cost_usd", Float, nullable=False, default=0.0),
     Column("cached_input_tokens", Integer, nullable=False, default=0, server_default="0"),
     Column("unpriced", Boolean, nullable=False, default=False, server_default=false()),  # a call had no price
+    # What descendants' turns in flight have reserved here (loop.budgets.Reservation), trued up as they record.
+    Column("reserved_tokens", BigInteger, nullable=False, default=0, server_default="0"),
+    Column("reserved_cost_usd", Float, nullable=False, default=0.0, server_default="0"),
+    Column("reserved_steps", Integer, nullable=False, default=0, server_default="0"),
     Column("result", JSON),
     Column("error_code", String(64)),
     Column("created_at", Ts, nullable=False),

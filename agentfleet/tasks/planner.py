@@ -28,7 +28,16 @@ from agentfleet.events.envelope import (
 )
 from agentfleet.harness.gate import Offer
 from agentfleet.hooks.base import Hooks, ModelCallInfo
-from agentfleet.loop.budgets import Limits, Termination, TreeLevel, charged, check_gates, check_tree, check_turn
+from agentfleet.loop.budgets import (
+    Limits,
+    Reservation,
+    Termination,
+    TreeLevel,
+    charged,
+    check_gates,
+    check_tree,
+    check_turn,
+)
 from agentfleet.loop.decisions import (
     Dispatch,
     Fail,
@@ -42,7 +51,7 @@ from agentfleet.loop.decisions import (
 from agentfleet.loop.keys import idempotency_key
 from agentfleet.loop.states import RunState, is_terminal
 from agentfleet.loop.transcript import Message, ModelTurn
-from agentfleet.models.base import ModelRequest
+from agentfleet.models.base import ModelRequest, estimated_usage
 from agentfleet.models.retrying import RetryPolicy, with_retries
 from agentfleet.store.repository import RunRecord, Store
 from agentfleet.tasks import delegation
@@ -51,6 +60,7 @@ from agentfleet.tasks.base import Step, end_run, result_of
 from agentfleet.tasks.retry import CommitPending, InFlight, outcome_at_risk
 
 log = logging.getLogger(__name__)
+RESERVED, RELEASED = "reserved", "released"  # a delegated plan step's hold on its ancestors' budgets, in its input
 
 
 def on_goal_submitted(step: Step) -> list[Envelope]:
@@ -160,6 +170,11 @@ def _plan(step: Step, agent: Agent, run: RunRecord, *, iteration: int, new_messa
                                         budget_tokens=context_budget(limits.max_tokens, window), notice=offer.notice,
                                         examples=agent.examples),
             )
+            if run.ancestors:  # held in every ancestor before the call: concurrent siblings see each other's
+                held = _reserve(step, agent, run, key, request)
+                if isinstance(held, Termination):
+                    status = ResultStatus.CANCELLED if held.code == ErrorCode.CANCELLED else ResultStatus.FAILED
+                    return _end(step, run, new_messages, iteration, None, status, held.code, held.message)
             started = time.perf_counter()
             try:
                 turn = _complete(step.rt.hooks, agent, request, step.rt.settings.model_retry_policy)
@@ -180,15 +195,52 @@ def _plan(step: Step, agent: Agent, run: RunRecord, *, iteration: int, new_messa
             raise
 
 
+def _reserve(step: Step, agent: Agent, run: RunRecord, key: str, request: ModelRequest) -> Reservation | Termination:
+    """Hold this turn's estimate in every ancestor, checking the tree with what is spent and what the turns in
+    flight beneath each ancestor hold (rows locked, the root first: one order for all). A retried plan step
+    keeps the reservation its first attempt made."""
+    store = step.rt.store
+    with store.tx() as conn:
+        recorded = store.step_input(conn, key, lock=True)
+        recorded = recorded if isinstance(recorded, dict) else {}
+        earlier = Reservation.from_dict(recorded.get(RESERVED))
+        if earlier is not None:
+            return earlier
+        ancestors = store.get_runs(run.ancestors, conn, lock=True)
+        gate = check_tree([_level(a) for a in ancestors])
+        if gate is not None:
+            return gate
+        estimate = estimated_usage(agent.model, request, step.rt.settings.model_prices)
+        held = Reservation(estimate.total_tokens, estimate.cost_usd, 1)
+        store.reserve(conn, run.ancestors, held)
+        store.set_step_input(conn, key, {**recorded, RESERVED: held.as_dict()})
+        return held
+
+
+def _released(store: Store, conn: Connection, key: str) -> Reservation | None:
+    """The reservation a plan step holds, given back once (marked so in the step, in the same transaction)."""
+    recorded = store.step_input(conn, key, lock=True)
+    if not isinstance(recorded, dict) or recorded.get(RELEASED):
+        return None
+    held = Reservation.from_dict(recorded.get(RESERVED))
+    if held is not None:
+        store.set_step_input(conn, key, {**recorded, RELEASED: True})
+    return held
+
+
+def _level(a: RunRecord) -> TreeLevel:
+    return TreeLevel(f"run {a.run_id} ({a.agent})", Limits.model_validate(a.limits), a.usage, a.steps_used,
+                     a.elapsed_s(), str(a.state) if is_terminal(a.state) else None,
+                     Reservation(a.reserved_tokens, a.reserved_cost_usd, a.reserved_steps))
+
+
 def _tree_gate(store: Store, run: RunRecord) -> Termination | None:
     """A delegated run also stops when an ancestor has ended (its cancel cannot reach a child whose goal was
     still queued, with no run to cancel yet: the child sees it here, before its first turn and every other),
     or when an ancestor's subtree has spent that ancestor's limits. One query."""
     if not run.ancestors:
         return None
-    return check_tree([TreeLevel(f"run {a.run_id} ({a.agent})", Limits.model_validate(a.limits), a.usage,
-                                 a.steps_used, a.elapsed_s(), str(a.state) if is_terminal(a.state) else None)
-                       for a in store.get_runs(run.ancestors)])
+    return check_tree([_level(a) for a in store.get_runs(run.ancestors)])
 
 
 def _checkpointed_offer(recorded: object, current: Offer) -> Offer:
@@ -254,10 +306,12 @@ def _checkpoint(step: Step, conn: Connection, run: RunRecord, iteration: int, ne
     store = step.rt.store
     if new_messages:
         store.append_messages(conn, run.run_id, iteration - 1, new_messages, start=1)
+    if run.ancestors:  # what the turn spent counts in every ancestor, and what it held there is given back
+        held = _released(store, conn, idempotency_key(run.run_id, iteration, "plan"))
+        if planned is not None or held is not None:
+            store.add_spend(conn, run.ancestors, planned.turn.usage if planned else None, release=held)
     if planned is not None:
         store.append_messages(conn, run.run_id, iteration, [planned.turn.as_message()])
-        if run.ancestors:
-            store.add_spend(conn, run.ancestors, planned.turn.usage)
         summary = _plan_summary(planned.turn)
         store.finish_step(conn, idempotency_key(run.run_id, iteration, "plan"), status="succeeded",
                           output={**summary, "repair": repair} if repair else summary,

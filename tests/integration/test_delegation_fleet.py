@@ -99,3 +99,27 @@ def test_siblings_on_the_fleet_spend_from_one_live_tree_budget(workers: WorkerPr
     assert root is not None and 200 <= root.input_tokens + root.output_tokens <= 220
     assert root.input_tokens + root.output_tokens == 10 + sum(c.input_tokens + c.output_tokens
                                                               for c in children.values())
+
+
+def test_one_tree_budget_holds_with_sixteen_planner_threads(workers: WorkerProcs, namespace: str,
+                                                           store: Store) -> None:
+    """Containment 16: with 16 planner threads a fan-out spent 6,200 of 4,000 tokens (+55%). Each turn now holds
+    its estimate in every ancestor before its model call, so the overshoot is one turn's estimate error."""
+    workers.start("planner", "--concurrency", "16")
+    workers.start("observer")
+    workers.start("executor", "--concurrency", "8")
+    workers.wait_ready()
+    client = AmqpClient()
+    try:
+        corr, run_id = submit(client, namespace, "burn_root")
+        result = client.replies(1, timeout=240)[corr]
+    finally:
+        client.close()
+    assert result["error_code"] == "TOKEN_BUDGET", result
+    root = store.get_run(run_id)
+    assert root is not None
+    spent = root.input_tokens + root.output_tokens
+    children = store.children(run_id)
+    assert spent == 10 + sum(c.input_tokens + c.output_tokens for c in children)  # every turn counted, once
+    assert 1200 <= spent <= 1200 + 20, f"the tree spent {spent} of its 1200 tokens"
+    assert (root.reserved_tokens, root.reserved_steps) == (0, 0)  # every hold given back
