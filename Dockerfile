@@ -5,9 +5,10 @@ RUN apt-get update && apt-get install -y --no-install-recommends bubblewrap node
     && rm -rf /var/lib/apt/lists/*
 COPY pyproject.toml README.md ./
 COPY agentfleet ./agentfleet
-RUN pip install --no-cache-dir . && useradd --create-home agentfleet && mkdir -p /app/agents /app/plugins
+RUN pip install --no-cache-dir . && useradd --create-home agentfleet \
+    && mkdir -p /app/agents /app/plugins /app/workspace && chown agentfleet /app/workspace
 USER agentfleet
 # Your agents: mount a directory at /app/agents (docker-compose.yml does) or COPY into it, and name
 # the modules in AGENTFLEET_AGENTS.
-ENV AGENTFLEET_WORKSPACE=/app PYTHONPATH=/app/agents
+ENV AGENTFLEET_WORKSPACE=/app/workspace PYTHONPATH=/app/agents
 ENTRYPOINT ["agentfleet"]

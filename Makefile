@@ -22,9 +22,11 @@ tools:
 
 ## Run the bundled example agents end to end in embedded mode (no services, no API key).
 ## AGENTFLEET_DEMO_DU=/no/such/du make run breaks disk_usage's health check on purpose: watch the gate.
+## The examples read this repository's own agentfleet/ folder: the workspace is named (by default it is
+## .agentfleet/workspace, never the current directory with its .env and .git).
 run: install tools
-	$(BIN)/agentfleet run repo_report --input '{"path": "agentfleet"}'
-	$(BIN)/agentfleet run disk_usage --input '{"path": "agentfleet"}'
+	AGENTFLEET_WORKSPACE=$(CURDIR) $(BIN)/agentfleet run repo_report --input '{"path": "agentfleet"}'
+	AGENTFLEET_WORKSPACE=$(CURDIR) $(BIN)/agentfleet run disk_usage --input '{"path": "agentfleet"}'
 	$(BIN)/agentfleet run polyglot --input '{"text": "$(POLYGLOT_TEXT)"}'
 	$(BIN)/agentfleet run triage --input '{"ticket_id": "T-100", "text": "I was charged twice for my invoice"}'
 

@@ -175,6 +175,7 @@ TASK_TIME_LIMIT_S: Final = 20 * 60
 # Embedded mode: kombu's memory transport polls; 1 s default makes each hop slow.
 EMBEDDED_POLLING_INTERVAL_S: Final = 0.005
 EMBEDDED_DATABASE_URL: Final = "sqlite:///.agentfleet/agentfleet.db"
+DEFAULT_WORKSPACE: Final = ".agentfleet/workspace"  # what file tools may touch when AGENTFLEET_WORKSPACE is unset
 
 # How often clients that follow a run poll its checkpoint.
 FOLLOW_POLL_INTERVAL_S: Final = 0.05

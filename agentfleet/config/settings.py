@@ -41,8 +41,9 @@ class Settings(BaseSettings):
     plugin_paths: str = ""
     plugins_disabled: str = ""
     plugin_entry_points: bool = True
-    # Root that file tools may touch; paths outside it are refused.
-    workspace: Path = Field(default_factory=Path.cwd)
+    # Root that file tools may touch; paths outside it are refused. Not the current directory by default: that
+    # is usually a project, with its .env and .git/config; a dedicated folder, made at start, unless one is named.
+    workspace: Path = Field(default_factory=lambda: Path(constants.DEFAULT_WORKSPACE))
     log_level: str = "INFO"
     log_json: bool = True
     tool_timeout_s: float = constants.DEFAULT_TOOL_TIMEOUT_S

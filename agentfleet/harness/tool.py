@@ -109,12 +109,19 @@ class ToolContext:
 
     @property
     def files(self) -> Workspace:
-        """Open and walk files beneath the workspace without following links (safe against swaps)."""
+        """Open and walk files beneath the workspace without following links (safe against swaps); hidden
+        files and version-control folders are refused and skipped."""
         return Workspace(self.workspace)
+
+    def workspace_files(self, *, hidden: bool = False) -> Workspace:
+        """``files``, and with ``hidden=True`` dotfiles and version-control folders too: a tool that needs them
+        (one that reads .gitignore, say) opts in, in its own code."""
+        return Workspace(self.workspace, hidden=hidden)
 
     def resolve(self, relative: str) -> Path:
         """A path inside the workspace, to name or show; open files with ``files`` (checked, then opened
         by name, a path can be swapped for a link in between)."""
+        self.files.parts(relative)  # hidden names and '..' are refused here too
         candidate = (self.workspace / relative).resolve()
         if candidate != self.workspace and self.workspace not in candidate.parents:
             raise ToolError(

@@ -61,6 +61,7 @@ def runtime_for(app: Celery) -> Runtime:
         existing = getattr(app, "_agentfleet_runtime", None)
         if existing is None:
             settings = settings_of(app)
+            settings.workspace.mkdir(parents=True, exist_ok=True)  # the default is a folder of its own
             install_for(settings)  # what this process logs, publishes publicly and shows is masked from now on
             topology = Topology(settings.namespace)
             publisher = Publisher(app, topology)

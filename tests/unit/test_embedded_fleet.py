@@ -167,7 +167,7 @@ def test_the_cli_runs_the_example_end_to_end(tmp_path: Path) -> None:
          "--json"],
         capture_output=True, text=True, cwd=ROOT, timeout=120,
         env={"PATH": "/usr/bin:/bin", "AGENTFLEET_EMBEDDED_DATABASE_URL": f"sqlite:///{tmp_path}/cli.db",
-             "PYTHONPATH": str(ROOT)},
+             "PYTHONPATH": str(ROOT), "AGENTFLEET_WORKSPACE": str(ROOT)},
     )
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
@@ -203,7 +203,7 @@ def test_the_health_gate_example_falls_back_when_its_check_fails_and_says_so(tmp
         [sys.executable, "-m", "agentfleet.cli", "run", "disk_usage", "--input", '{"path": "agentfleet/loop"}'],
         capture_output=True, text=True, cwd=ROOT, timeout=120,
         env={"PATH": "/usr/bin:/bin", "AGENTFLEET_EMBEDDED_DATABASE_URL": f"sqlite:///{tmp_path}/cli.db",
-             "PYTHONPATH": str(ROOT), "AGENTFLEET_DEMO_DU": du, "COLUMNS": "500"},
+             "PYTHONPATH": str(ROOT), "AGENTFLEET_DEMO_DU": du, "COLUMNS": "500", "AGENTFLEET_WORKSPACE": str(ROOT)},
     )
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout[proc.stdout.index("\n{") + 1:])

@@ -37,10 +37,12 @@ du_answers = health_check("du", [DU, "-k", os.devnull], tier="local")
 @tool(health_check=du_answers, fallback="walk_usage", tier="local", timeout_s=20, read_only=True, cache_ttl_s=10)
 def du_usage(ctx: ToolContext, path: PathArg = ".") -> dict:
     """Measure the disk space a directory takes, in KiB of blocks, with the system's du (fast on large trees)."""
-    target = ctx.resolve(path)
-    # ``du`` does not follow symbolic links (-P is its default), so nothing outside is measured.
-    proc = subprocess.run([DU, "-s", "-k", "-P", str(target)], capture_output=True, text=True, timeout=20,
-                          check=False)
+    # Opened by descriptor (no link followed on the way) and measured from there: du starts in the directory the
+    # descriptor holds, so a directory swapped for a link after the check cannot send it outside. ``du -P``
+    # follows no link beneath it either.
+    with ctx.files.open(path) as (fd, _st):
+        proc = subprocess.run([DU, "-s", "-k", "-P", "."], capture_output=True, text=True, timeout=20, check=False,
+                              pass_fds=(fd,), preexec_fn=lambda: os.fchdir(fd))
     if proc.returncode != 0:
         raise ToolError(f"du failed: {proc.stderr.strip()[:200]}", code=ErrorCode.INTERNAL)
     return {"path": path, "kib": int(proc.stdout.split()[0]), "measured_by": "du"}

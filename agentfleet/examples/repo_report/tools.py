@@ -45,12 +45,14 @@ def read_file(
     max_chars: Annotated[int, Field(ge=1, le=20_000, description="How much of the file to return")] = 2_000,
 ) -> dict:
     """Read the beginning of a text file in the workspace."""
-    raw = ctx.files.read_bytes(path)
+    size = ctx.files.size(path)
+    raw = ctx.files.read_bytes(path, limit=max(4096, 4 * max_chars))  # at most 4 bytes a character: enough
     if b"\0" in raw[:4096]:
         raise ToolError(f"{path!r} is a binary file", code=ErrorCode.INVALID_ARGUMENTS,
                         hint="Only text files can be read.")
     text = raw.decode("utf-8", errors="replace")
-    return {"path": path, "chars": len(text), "text": text[:max_chars], "truncated": len(text) > max_chars}
+    return {"path": path, "bytes": size, "text": text[:max_chars],
+            "truncated": len(text) > max_chars or len(raw) < size}
 
 
 @tool(read_only=True, cache_ttl_s=0, timeout_s=30)
@@ -65,10 +67,16 @@ def count_lines(
     for entry in _walk(ctx, path):
         if counted >= MAX_FILES_COUNTED:
             break
-        raw = entry.read_bytes()
-        if b"\0" in raw[:4096]:
+        lines, last, binary = 0, b"", False
+        for i, chunk in enumerate(entry.chunks()):  # a chunk at a time: a huge file costs no memory
+            if i == 0 and b"\0" in chunk[:4096]:
+                binary = True
+                break
+            lines += chunk.count(b"\n")
+            last = chunk[-1:]
+        if binary:
             continue
-        lines = raw.count(b"\n") + (1 if raw and not raw.endswith(b"\n") else 0)
+        lines += 1 if last and last != b"\n" else 0
         counted += 1
         total += lines
         by_ext[PurePosixPath(entry.path).suffix or "(none)"] += lines
