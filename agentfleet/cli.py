@@ -7,7 +7,7 @@ import json
 import os
 import sys
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -1148,12 +1148,33 @@ def db_upgrade(revision: Annotated[str, typer.Argument(help="Target revision")] 
 
 
 def main() -> None:
+    with _masked_output():
+        try:
+            app()
+        except AgentfleetError as exc:
+            kind = "configuration" if isinstance(exc, ConfigurationError) else exc.code
+            err.print(f"[red]error[/] {kind}: {escape(str(exc))}", soft_wrap=True)  # one line: a URL is never cut
+            sys.exit(C.EXIT_UNREACHABLE if isinstance(exc, ServiceUnreachable) else C.EXIT_CONFIGURATION)
+
+
+@contextlib.contextmanager
+def _masked_output() -> Iterator[None]:
+    """Everything this process prints passes the redactor the logs use: results, statuses, dead letters, error
+    messages and tracebacks alike (``agentfleet artifacts --ref`` writes its bytes as they are, to a file or a
+    pipe: that is data asked for, not output shown)."""
+    from agentfleet.harness.redaction import RedactingStream, install_for
+
+    with contextlib.suppress(Exception):  # settings that do not parse are the command's to report; patterns apply
+        install_for(get_settings())
+    stdout, stderr = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = RedactingStream(stdout), RedactingStream(stderr)  # type: ignore[assignment]
     try:
-        app()
-    except AgentfleetError as exc:
-        kind = "configuration" if isinstance(exc, ConfigurationError) else exc.code
-        err.print(f"[red]error[/] {kind}: {escape(str(exc))}", soft_wrap=True)  # one line: a URL is never cut
-        sys.exit(C.EXIT_UNREACHABLE if isinstance(exc, ServiceUnreachable) else C.EXIT_CONFIGURATION)
+        yield
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        sys.stdout, sys.stderr = stdout, stderr
 
 
 

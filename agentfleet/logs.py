@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
-from agentfleet.harness.redaction import redact
+from agentfleet.harness.redaction import active, redact
 
 _context: contextvars.ContextVar[dict[str, str]] = contextvars.ContextVar("agentfleet_log_context", default={})  # noqa: B039
 _STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime"}
@@ -48,10 +48,17 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(redact(entry), default=str)  # every field, the message and the traceback
 
 
+class PlainFormatter(logging.Formatter):
+    """Plain text lines (``AGENTFLEET_LOG_JSON=false``), masked like JSON lines: message, fields and traceback."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return active().text(super().format(record))
+
+
 def configure(level: str | int = "INFO", as_json: bool = True) -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.addFilter(ContextFilter())
-    handler.setFormatter(JsonFormatter() if as_json else logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(JsonFormatter() if as_json else PlainFormatter("%(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper() if isinstance(level, str) else level)

@@ -1,4 +1,4 @@
-"""Secrets masked wherever people or other systems see them: logs, public notifications, approval
+r"""Secrets masked wherever people or other systems see them: logs, public notifications, approval
 requests, the CLI, Flower.
 
 One place decides what a secret is:
@@ -12,17 +12,31 @@ One place decides what a secret is:
 * a value under a secret-looking name, at any depth, or one a tool's schema marks
   secret (``SecretStr`` gives ``writeOnly`` / ``format: password``).
 
+A known secret value is also masked as the shapes it takes on the way out: JSON-escaped
+(``\"``, ``\\``, ``\uXXXX`` for non-ASCII), and base64 (standard or URL-safe, at any of
+the three alignments, so inside a larger encoded blob too). A value of 4 or 5 characters
+(a short service password) is masked as a whole word only; shorter values are not masked
+at all (they would mask ordinary words) — keep secrets longer than that.
+
+What it cannot catch, and so is not promised: a secret split across lines, encrypted,
+hashed, compressed, or transformed in any other way; a secret of fewer than 4 characters;
+a secret no setting, variable name or pattern identifies.
+
 What the fleet needs to work (the transcript the model reads, a tool's arguments) is
-stored as it is; masking is for what leaves it. Each process installs its redactor
-once it knows its settings (``install``); until then the patterns still apply.
+stored as it is; masking is for what leaves it: logs of every format, what the CLI prints
+(``RedactingStream`` over its stdout and stderr), public messages, dead letters. Each
+process installs its redactor once it knows its settings (``install``); until then the
+patterns still apply.
 """
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 import re
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable
+from typing import IO, TYPE_CHECKING, Any
 
 from sqlalchemy.engine import make_url
 
@@ -32,7 +46,9 @@ if TYPE_CHECKING:
     from agentfleet.config.settings import Settings
 
 _SECRET = re.compile(SECRET_NAME)
-MIN_SECRET_CHARS = 6  # a shorter configured value would mask ordinary words
+MIN_SECRET_CHARS = 6  # a shorter value is masked as a whole word only (anywhere, it would mask ordinary words)
+MIN_WORD_SECRET_CHARS = 4  # shorter still: not masked at all
+MIN_ENCODED_CHARS = 8  # a base64 fragment shorter than this is too likely to occur by chance
 _NAME = SECRET_NAME.removeprefix("(?i)")
 _NAME_WORDS = ("pass", "secret", "token", "apikey", "api_key", "api-key", "authori", "credential", "private",
                "cookie")
@@ -53,9 +69,15 @@ class Redactor:
     """Masks configured secret values and credential patterns in strings, and secret-named values in data."""
 
     def __init__(self, values: Iterable[str] = ()) -> None:
-        kept = {v for v in values if v and len(v) >= MIN_SECRET_CHARS}
-        self.values = tuple(sorted(kept, key=len, reverse=True))  # longest first: no half-masked secret
-        self._values = re.compile("|".join(re.escape(v) for v in self.values)) if self.values else None
+        given = {v for v in values if v}
+        self.values = tuple(sorted((v for v in given if len(v) >= MIN_SECRET_CHARS), key=len, reverse=True))
+        shapes = {shape for v in self.values for shape in _shapes(v)}
+        self._needles = tuple(sorted(shapes, key=len, reverse=True))  # longest first: no half-masked secret
+        self._values = re.compile("|".join(re.escape(v) for v in self._needles)) if shapes else None
+        short = sorted({v for v in given if MIN_WORD_SECRET_CHARS <= len(v) < MIN_SECRET_CHARS}, key=len, reverse=True)
+        self._short = tuple(short)
+        self._words = (re.compile(r"(?<![\w-])(?:" + "|".join(re.escape(v) for v in short) + r")(?![\w-])")
+                       if short else None)
 
     @classmethod
     def from_settings(cls, settings: Settings, environ: dict[str, str] | None = None) -> Redactor:
@@ -74,9 +96,13 @@ class Redactor:
     def text(self, value: str) -> str:
         # Plain substring tests first (a log line has a dozen fields, nearly all ids and names): a regex
         # alternation of the same needles costs several times more per field in CPython.
-        for secret in self.values:
+        for secret in self._needles:
             if secret in value:
                 value = self._values.sub(REDACTED, value)  # type: ignore[union-attr]
+                break
+        for secret in self._short:
+            if secret in value:
+                value = self._words.sub(REDACTED, value)  # type: ignore[union-attr]
                 break
         lower = value.lower()
         for needles, pattern, replacement in PATTERNS:
@@ -99,6 +125,52 @@ class Redactor:
         if isinstance(value, str):
             return self.text(value)
         return value
+
+
+def _shapes(secret: str) -> set[str]:
+    """The text a secret shows as once written out: itself, JSON-escaped (ASCII-only or not), and base64."""
+    shapes = {secret, json.dumps(secret)[1:-1], json.dumps(secret, ensure_ascii=False)[1:-1]}
+    raw = secret.encode()
+    for pad in range(3):  # where the secret starts within a 3-byte group of a larger blob
+        encoded = base64.b64encode(b"\0" * pad + raw).decode().rstrip("=")
+        start = -(-pad * 8 // 6)  # the first character made of the secret's bits alone
+        end = (pad + len(raw)) * 8 // 6  # past the last such character
+        for alphabet in (encoded, encoded.replace("+", "-").replace("/", "_")):
+            fragment = alphabet[start:end]
+            if len(fragment) >= MIN_ENCODED_CHARS:
+                shapes.add(fragment)
+    return shapes
+
+
+class RedactingStream:
+    """A text stream (stdout, stderr) whose every line passes the active redactor before it is written: what
+    the CLI, a worker or a tool prints goes through the same masking as the logs. Lines are held until they end,
+    so a secret written in two pieces is still one line when it is masked."""
+
+    def __init__(self, stream: IO[str], redactor: Callable[[], Redactor] | None = None) -> None:
+        self._stream = stream
+        self._redactor = redactor or active
+        self._held = ""
+
+    def write(self, text: str) -> int:
+        self._held += text
+        if "\n" in self._held:
+            done, _, self._held = self._held.rpartition("\n")
+            self._stream.write(self._redactor().text(done + "\n"))
+        return len(text)
+
+    def flush(self) -> None:
+        if self._held:
+            self._stream.write(self._redactor().text(self._held))
+            self._held = ""
+        self._stream.flush()
+
+    def writelines(self, lines: Iterable[str]) -> None:
+        for line in lines:
+            self.write(line)
+
+    def __getattr__(self, name: str) -> Any:  # isatty, fileno, encoding, buffer: the stream's own
+        return getattr(self._stream, name)
 
 
 _active = Redactor()

@@ -13,7 +13,7 @@ CANARY = "canary-0d6f-s3cr3t"
 
 
 def test_configured_values_and_credential_patterns_are_masked_in_text() -> None:
-    r = Redactor([CANARY, "short"])  # too short a value would mask ordinary words: ignored
+    r = Redactor([CANARY, "short", "abc"])  # 4-5 characters: whole words only; fewer: ignored
     cases = {
         f"saw {CANARY}!": "saw ***!",
         "amqp://guest:hunter22@rabbit:5672//": "amqp://guest:***@rabbit:5672//",
@@ -27,7 +27,8 @@ def test_configured_values_and_credential_patterns_are_masked_in_text() -> None:
         "xoxb-1234567890-abcdefghij": "***",
         "login password=hunter2 ok": "login password=*** ok",
         '{"api_key": "abc123"}': '{"api_key": "***"}',
-        "a short word and input_tokens=30 max_tokens: 100": "a short word and input_tokens=30 max_tokens: 100",
+        "a short word and input_tokens=30 max_tokens: 100": "a *** word and input_tokens=30 max_tokens: 100",
+        "shorter words, abc and abcd": "shorter words, abc and abcd",
     }
     for given, shown in cases.items():
         assert r.text(given) == shown, given
