@@ -228,3 +228,23 @@ def processes_with(marker: str) -> list[int]:
         if marker.encode() in cmdline and state != "Z":
             found.append(int(entry.name))
     return found
+
+
+def require_sandbox() -> None:
+    """Fail (under CI) or skip where bubblewrap cannot build a sandbox: ``make test`` installs it."""
+    import os
+
+    from agentfleet.harness.sandbox import support
+
+    found = support(refresh=True)
+    if not found.available:
+        if os.environ.get("CI"):
+            pytest.fail(f"the sandbox is needed: {found.detail}")
+        pytest.skip(found.detail)
+
+
+def call_ctx(workspace: Path, call_id: str = "c") -> Any:
+    """A tool call's context, as the executor would give it."""
+    from agentfleet import ToolContext
+
+    return ToolContext(run_id="r", call_id=call_id, idempotency_key=f"k-{call_id}", workspace=workspace.resolve())

@@ -19,21 +19,18 @@ from agentfleet import ToolContext
 from agentfleet.errors import ConfigurationError, ErrorCode
 from agentfleet.harness import run_tool
 from agentfleet.harness.call_bounds import host_bounds, private_directory
-from agentfleet.harness.sandbox import ResourceLimits, Sandbox, support
+from agentfleet.harness.sandbox import ResourceLimits, Sandbox
 from agentfleet.harness.subprocess_tool import load_tool_manifest, subprocess_tool
 from agentfleet.harness.tool import Tool
 from agentfleet.loop.transcript import ToolResult
+from tests.helpers import call_ctx, require_sandbox
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "agentfleet" / "examples" / "polyglot" / "tools"
 
 
 @pytest.fixture(autouse=True)
 def _bwrap() -> None:
-    found = support(refresh=True)
-    if not found.available:
-        if os.environ.get("CI"):
-            pytest.fail(f"the sandbox is needed: {found.detail}")
-        pytest.skip(found.detail)
+    require_sandbox()
 
 
 def needs_cgroups() -> None:
@@ -46,7 +43,7 @@ def needs_cgroups() -> None:
 
 
 def ctx(tmp_path: Path, call_id: str = "c") -> ToolContext:
-    return ToolContext(run_id="r", call_id=call_id, idempotency_key=f"k-{call_id}", workspace=tmp_path.resolve())
+    return call_ctx(tmp_path, call_id)
 
 
 def sh(name: str, script: str, **options: Any) -> Tool:

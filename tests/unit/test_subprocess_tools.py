@@ -19,22 +19,18 @@ from agentfleet.harness import run_tool
 from agentfleet.harness.sandbox import ResourceLimits, Sandbox, support
 from agentfleet.harness.subprocess_tool import load_tool_manifest, subprocess_tool
 from agentfleet.harness.tool import Tool
-from tests.helpers import processes_with
+from tests.helpers import call_ctx, processes_with, require_sandbox
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "agentfleet" / "examples" / "polyglot" / "tools"
 
 
 @pytest.fixture(autouse=True)
 def _bwrap() -> None:
-    found = support(refresh=True)
-    if not found.available:
-        if os.environ.get("CI"):
-            pytest.fail(f"the sandbox is needed: {found.detail}")
-        pytest.skip(found.detail)
+    require_sandbox()
 
 
 def ctx(tmp_path: Path, call_id: str = "c") -> ToolContext:
-    return ToolContext(run_id="r", call_id=call_id, idempotency_key=f"k-{call_id}", workspace=tmp_path.resolve())
+    return call_ctx(tmp_path, call_id)
 
 
 def py(name: str, code: str, **options: Any) -> Tool:
