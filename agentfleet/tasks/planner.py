@@ -197,8 +197,8 @@ def _plan(step: Step, agent: Agent, run: RunRecord, *, iteration: int, new_messa
 
 def _reserve(step: Step, agent: Agent, run: RunRecord, key: str, request: ModelRequest) -> Reservation | Termination:
     """Hold this turn's estimate in every ancestor, checking the tree with what is spent and what the turns in
-    flight beneath each ancestor hold (rows locked, the root first: one order for all). A retried plan step
-    keeps the reservation its first attempt made."""
+    flight beneath each ancestor hold (rows locked in id order: one order for every planner, no deadlock). A
+    retried plan step keeps the reservation its first attempt made."""
     store = step.rt.store
     with store.tx() as conn:
         recorded = store.step_input(conn, key, lock=True)
