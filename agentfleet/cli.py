@@ -704,6 +704,10 @@ def worker(
 
     install_for(settings)  # the preflight's messages are masked too
     preflight(settings)  # ConfigurationError: main() prints it and exits 2, before anything is consumed
+    if role == C.EXECUTOR:  # what this host offers to bound each sandboxed call: found (and logged) before work
+        from agentfleet.harness.call_bounds import host_bounds
+
+        host_bounds()
     celery_app = create_app(settings)
     celery_app.conf[PREFLIGHT_DONE_KEY] = True
     celery_app.conf.worker_pool = pool_implementation(chosen_pool)
