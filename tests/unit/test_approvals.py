@@ -330,9 +330,9 @@ def test_a_run_left_waiting_past_its_deadline_is_ended_by_the_sweeper(fleet: Emb
 def test_an_approval_given_after_the_runs_deadline_is_refused_and_nothing_runs(fleet: EmbeddedFleet) -> None:
     """Containment 12: an approval given after the deadline was accepted and the payment ran (4/4)."""
     run_id = fleet.submit({"agent": "payer", "input": {"calls": [["p", "pay", {"payee": "x", "amount": 3}]]},
-                           "limits": {"deadline_s": 1}})
+                           "limits": {"deadline_s": 5}})  # room to reach the wait on a busy machine
     waiting(fleet, run_id)
-    time.sleep(max(0.0, 1.05 - fleet.store.get_run(run_id).elapsed_s()))  # type: ignore[union-attr]
+    time.sleep(max(0.0, 5.05 - fleet.store.get_run(run_id).elapsed_s()))  # type: ignore[union-attr]
     with pytest.raises(ApprovalRefused, match="passed its deadline") as late:
         answer(fleet, run_id, "p")
     assert late.value.code == ErrorCode.APPROVAL_NOT_PENDING

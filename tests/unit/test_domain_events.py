@@ -93,7 +93,7 @@ def bounded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedFleet]
         yield running
 
 
-def _settled(fleet: EmbeddedFleet, agents: set[str], quiet_s: float = 1.5, timeout: float = 30) -> list:
+def _settled(fleet: EmbeddedFleet, agents: set[str], quiet_s: float = 3.0, timeout: float = 90) -> list:
     """The runs of ``agents`` once no new one has started for ``quiet_s`` and all have ended."""
     seen, since = -1, time.monotonic()
     deadline = time.monotonic() + timeout
