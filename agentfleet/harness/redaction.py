@@ -85,11 +85,14 @@ class Redactor:
         values = [v.strip() for v in settings.redact_values.split(",")]
         for url in (settings.broker_url, settings.database_url, settings.redis_url):
             try:
-                password = make_url(url).password if "://" in url else None
+                parsed = make_url(url) if "://" in url else None
             except Exception:
-                password = None
-            if password:
-                values.append(str(password))
+                parsed = None
+            password = str(parsed.password) if parsed is not None and parsed.password else None
+            # A short password that is also its user name (guest:guest) is a public default, not a secret: masking
+            # the word everywhere would hide the user in every line. The URL pattern still masks it in a URL.
+            if password and not (len(password) < MIN_SECRET_CHARS and password == parsed.username):  # type: ignore[union-attr]
+                values.append(password)
         values += [value for name, value in env.items() if _SECRET.search(name)]
         return cls(values)
 

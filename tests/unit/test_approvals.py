@@ -269,7 +269,7 @@ def test_the_bundled_example_pauses_and_an_approval_resumes_it(fleet: EmbeddedFl
     waiting(fleet, big)
     answer(fleet, big, "refund")
     assert wait_for_run(fleet.store, big).result["output"]["refunded_usd"] == 80  # type: ignore[index]
-    ledger = fleet.workspace / ".agentfleet" / "refunds.jsonl"  # type: ignore[attr-defined]
+    ledger = fleet.workspace / "refunds" / "ledger.jsonl"  # type: ignore[attr-defined]
     assert [line.count("A-") for line in ledger.read_text().splitlines()] == [1, 1]
 
 

@@ -26,7 +26,7 @@ from pydantic import Field
 
 from agentfleet import Agent, ApprovalRule, Limits, ModelRequest, ModelTurn, ScriptedModel, ToolCall, ToolContext, tool
 
-LEDGER = ".agentfleet/refunds.jsonl"
+LEDGER = "refunds/ledger.jsonl"  # the payment system's stand-in, in the workspace (not hidden: tools may not)
 Amount = Annotated[float, Field(gt=0, le=10_000, description="US dollars")]
 
 
