@@ -10,6 +10,7 @@ however often the event is delivered. Pure: the observer records, mirrors and st
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import threading
 import uuid
@@ -99,10 +100,14 @@ def external_event_id(name: str, message_id: str | None, body: bytes) -> str:
 
 
 def external_event(name: str, event_id: str, payload: dict[str, Any]) -> Envelope:
-    """An outside event as the fleet handles it (its trace begins here: the runs it starts carry it)."""
+    """An outside event as the fleet handles it (its trace begins here: the runs it starts carry it). The
+    message's id derives from the event's id and its body: the same event sent twice is one message to the
+    observer, and a different body under the same id reaches it (to be refused EVENT_CONFLICT), not deduped
+    away as a copy."""
+    body = hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
     return Envelope.new(EventType.DOMAIN_EVENT, FLEET_RUN_ID, DomainEvent(
         name=name, event_id=event_id, payload=payload, source="external"), trace_id=uuid.uuid4().hex,
-        event_id=derived_event_id(event_id, "external"))
+        event_id=derived_event_id(event_id, "external", body))
 
 
 @dataclass(frozen=True)
