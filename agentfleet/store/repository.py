@@ -735,12 +735,15 @@ class Store:
         return int(conn.execute(select(func.count()).select_from(T.runs).where(T.runs.c.trace_id == trace_id))
                    .scalar_one())
 
-    def runs_in_trace(self, trace_id: str, limit: int = 1000) -> list[RunRecord]:
-        """Every run sharing a trace id (a goal, the runs it delegated to and those its events triggered)."""
+    def runs_in_trace(self, trace_id: str, limit: int = 1000, conn: Connection | None = None) -> list[RunRecord]:
+        """Every run sharing a trace id (a goal, the runs it delegated to and those its events triggered); in the
+        caller's transaction when given one."""
         stmt = (select(T.runs).where(T.runs.c.trace_id == trace_id)
                 .order_by(T.runs.c.created_at, T.runs.c.run_id).limit(limit))
-        with self.engine.connect() as conn:
+        if conn is not None:
             return [RunRecord.from_row(r) for r in conn.execute(stmt).all()]
+        with self.engine.connect() as own:
+            return [RunRecord.from_row(r) for r in own.execute(stmt).all()]
 
     def add_spend(self, conn: Connection, run_ids: list[str], usage: Usage | None,
                   release: Reservation | None = None) -> None:

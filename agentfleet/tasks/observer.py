@@ -197,12 +197,14 @@ def on_run_ended(step: Step) -> list[Envelope]:
         # answer (its goal id says so): any other run's end costs no query here.
         may_have_children = agent is None or bool(agent.delegates)
         delegated = parent_of(result.goal_id) is not None
-        run = (store.get_run(step.env.run_id, conn) if not ended.redelivery and (may_have_children or delegated)
-               else None)
+        stopped = stopped_early(result)
+        run = (store.get_run(step.env.run_id, conn)
+               if not ended.redelivery and (may_have_children or delegated or stopped) else None)
         if run is not None:  # a delegated run answers its parent's call; a run that ended stops its children
             why = f"{result.status} {result.error_code or ''}".strip()
             events = [*delegation.answer_parent(step, run, result),
-                      *(delegation.cancel_children(step, conn, run, why) if may_have_children else [])]
+                      *(delegation.cancel_children(step, conn, run, why) if may_have_children else []),
+                      *(cancel_triggered(step, conn, run, why) if stopped else [])]
         return step.commit(conn, events)
 
 
@@ -299,4 +301,20 @@ def _generation_of_source(step: Step, event: DomainEvent, conn: Connection) -> i
         root = store.get_run(run.ancestors[0], conn)
         return generation_of(root.cause if root else None)
     return generation_of(run.cause)
+
+
+def stopped_early(result: Result) -> bool:
+    """A run cancelled or out of time was stopped, not finished: what it set going is stopped with it."""
+    return result.status == ResultStatus.CANCELLED or result.error_code == ErrorCode.DEADLINE
+
+
+def cancel_triggered(step: Step, conn: Connection, run: RunRecord, reason: str) -> list[Envelope]:
+    """Cancel requests for the live runs this run's events triggered (they share its trace; a trace holds at most
+    ``trace_max_runs``). Their own children and triggered runs follow as each ends."""
+    why = f"the run {run.run_id} whose event started it was stopped: {reason}"
+    return [Envelope.new(EventType.RUN_CANCEL_REQUESTED, other.run_id, RunCancelRequested(reason=why),
+                         trace_id=run.trace_id, causation_id=step.env.event_id,
+                         event_id=derived_event_id(other.run_id, "cause-stopped"))
+            for other in step.rt.store.runs_in_trace(run.trace_id, step.rt.settings.trace_max_runs, conn)
+            if (other.cause or {}).get("run_id") == run.run_id and not is_terminal(other.state)]
 

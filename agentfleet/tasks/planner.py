@@ -143,7 +143,8 @@ def _plan(step: Step, agent: Agent, run: RunRecord, *, iteration: int, new_messa
     with store.step_lock(key) as held:
         if not held:
             raise InFlight(f"plan step {key} is being planned elsewhere")
-        gate = check_gates(limits, run.usage, iteration, run.elapsed_s(), run.steps_used) or _tree_gate(store, run)
+        gate = (check_gates(limits, run.usage, iteration, run.elapsed_s(), run.steps_used) or _tree_gate(store, run)
+                or (_cause_gate(store, run) if iteration == 0 else None))
         if gate is not None:
             status = ResultStatus.CANCELLED if gate.code == ErrorCode.CANCELLED else ResultStatus.FAILED
             return _end(step, run, new_messages, iteration, None, status, gate.code, gate.message)
@@ -232,6 +233,19 @@ def _level(a: RunRecord) -> TreeLevel:
     return TreeLevel(f"run {a.run_id} ({a.agent})", Limits.model_validate(a.limits), a.usage, a.steps_used,
                      a.elapsed_s(), str(a.state) if is_terminal(a.state) else None,
                      Reservation(a.reserved_tokens, a.reserved_cost_usd, a.reserved_steps))
+
+
+def _cause_gate(store: Store, run: RunRecord) -> Termination | None:
+    """A triggered run whose goal was still queued when the run whose event started it was stopped (cancelled,
+    out of time) does not start: the stop cascades to the triggered runs that exist, and this catches the rest."""
+    source = (run.cause or {}).get("run_id")
+    if not isinstance(source, str):
+        return None
+    cause = store.get_run(source)
+    if cause is None or not (cause.state == RunState.CANCELLED or cause.error_code == ErrorCode.DEADLINE):
+        return None
+    what = f"{cause.state} {cause.error_code or ''}".strip()
+    return Termination(ErrorCode.CANCELLED, f"the run {source} whose event started it was stopped ({what})")
 
 
 def _tree_gate(store: Store, run: RunRecord) -> Termination | None:

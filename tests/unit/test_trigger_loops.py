@@ -71,3 +71,39 @@ def test_the_chain_bound_is_the_depth_and_the_traces_run_budget() -> None:
     assert generation_of(None) == 0 and generation_of({"generation": 3}) == 3
     assert generation_of({"event": "x"}) == 1  # a run triggered before generations were recorded
     assert generation_of({"generation": "9"}) == 1 and generation_of({"generation": -2}) == 1  # stored rows are input
+
+
+def test_cancelling_a_run_cancels_the_runs_its_events_triggered(bounded: EmbeddedFleet) -> None:
+    """DESIGN §13: a cancel reaches everything under the run, triggered runs included."""
+    from agentfleet.events.envelope import Envelope, EventType, RunCancelRequested
+    from tests.helpers import eventually, wait_for_run
+
+    herald_id = bounded.submit({"agent": "herald", "input": {}})
+    listener = eventually(lambda: next((r for r in bounded.store.list_runs(agent="long_listener")
+                                        if (r.cause or {}).get("run_id") == herald_id), None), timeout=30)
+    bounded.runtime.publisher.publish([Envelope.new(EventType.RUN_CANCEL_REQUESTED, herald_id,
+                                                    RunCancelRequested(reason="not now"), trace_id="t")])
+    assert wait_for_run(bounded.store, herald_id).state == RunState.CANCELLED
+    ended = wait_for_run(bounded.store, listener.run_id, timeout=30)
+    assert ended.state == RunState.CANCELLED and "whose event started it was stopped" in ended.result["message"]  # type: ignore[index]
+
+
+def test_a_triggered_goal_still_queued_when_its_cause_was_cancelled_never_takes_a_turn(bounded: EmbeddedFleet) -> None:
+    from agentfleet.events.envelope import Envelope, EventType, GoalSubmitted, RunCancelRequested
+    from agentfleet.loop.keys import run_id_for
+    from tests.helpers import eventually, wait_for_run
+
+    herald_id = bounded.submit({"agent": "herald", "input": {}})
+    eventually(lambda: bounded.store.get_run(herald_id), timeout=30)
+    bounded.runtime.publisher.publish([Envelope.new(EventType.RUN_CANCEL_REQUESTED, herald_id,
+                                                    RunCancelRequested(reason="not now"), trace_id="t")])
+    herald = wait_for_run(bounded.store, herald_id)
+    late = f"trigger/late-{time.monotonic_ns()}/long_listener"
+    bounded.runtime.publisher.publish([Envelope.new(EventType.GOAL_SUBMITTED, run_id_for("long_listener", late),
+                                                    GoalSubmitted(agent="long_listener", goal_id=late, input={},
+                                                                  cause={"event": "loop.long", "event_id": "x",
+                                                                         "source": "run", "run_id": herald_id,
+                                                                         "generation": 1}),
+                                                    trace_id=herald.trace_id)])
+    run = wait_for_run(bounded.store, run_id_for("long_listener", late))
+    assert run.state == RunState.CANCELLED and run.steps_used == 0, run.result
