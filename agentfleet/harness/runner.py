@@ -21,6 +21,7 @@ from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from agentfleet.errors import ErrorCode, ToolError
 from agentfleet.harness.artifacts import artifact_view, content_ref
+from agentfleet.harness.subprocess_tool import SubprocessRunner
 from agentfleet.harness.timeouts import call_with_timeout
 from agentfleet.harness.tool import Produced, Tool, ToolContext
 from agentfleet.loop.transcript import ToolResult
@@ -50,6 +51,12 @@ class InProcess:
 IN_PROCESS = InProcess()
 
 
+def runner_for(tool: Tool) -> InProcess | SubprocessRunner:
+    """How this tool's calls run, chosen here from its data: its command in the sandbox, or its function in a
+    thread of the executor."""
+    return SubprocessRunner(tool.command) if tool.command is not None else IN_PROCESS
+
+
 def run_tool(tool: Tool, arguments: dict[str, Any], ctx: ToolContext, default_timeout_s: float) -> ToolResult:
     """Run one call; ``default_timeout_s`` applies when the tool declares no timeout of its own."""
     started = time.perf_counter()
@@ -65,7 +72,7 @@ def run_bound(tool: Tool, kwargs: dict[str, Any], ctx: ToolContext, default_time
     """Run a call whose arguments ``Tool.bind`` has validated."""
     started = time.perf_counter() if started is None else started
     timeout = tool.timeout_s or default_timeout_s
-    outcome = (tool.runner or IN_PROCESS).run(tool, kwargs, ctx, timeout)
+    outcome = runner_for(tool).run(tool, kwargs, ctx, timeout)
     if isinstance(outcome, ToolResult):
         return outcome.model_copy(update={"duration_ms": _ms(started)})
     return _checked_output(tool, outcome, _ms(started))

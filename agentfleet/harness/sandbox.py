@@ -36,11 +36,14 @@ import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from agentfleet import constants as C
+from agentfleet.errors import ConfigurationError
 from agentfleet.harness.call_bounds import CallBounds, call_bounds
+from agentfleet.harness.health import HealthCheck, health_check
 
 SANDBOX_ROOT = "/sandbox"  # where the call's own directories appear; no host path is shown beneath it
 WORKDIR = "/sandbox/work"  # the call's private writable directory, as the tool sees it
@@ -207,3 +210,28 @@ def tool_env(sandbox: Sandbox, worker_env: Mapping[str, str] | None = None) -> d
     out.update({name: source[name] for name in sandbox.pass_env if name in source})
     out.update(sandbox.env)
     return out
+
+
+def sandbox_of(sandbox: Any, tool_name: str) -> Sandbox:
+    """A tool's declared sandbox (``True``, a dict or a ``Sandbox``), or a ConfigurationError naming the fault."""
+    try:
+        return sandbox if isinstance(sandbox, Sandbox) else Sandbox.model_validate(
+            {} if sandbox is True or not sandbox else sandbox)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"])
+        raise ConfigurationError(f"tool {tool_name!r}: its sandbox is invalid: "
+                                 f"{f'{where}: ' if where else ''}{err['msg']}") from None
+
+
+def sandbox_check() -> HealthCheck:
+    """The health check every sandboxed tool shares by default: can bubblewrap build a sandbox here?"""
+    return health_check(C.SANDBOX_CHECK, _sandbox_ready, tier="local", timeout_s=10)
+
+
+def _sandbox_ready() -> str:
+    found = support(refresh=True)
+    if not found.available:
+        raise RuntimeError(found.detail)
+    return found.detail
+

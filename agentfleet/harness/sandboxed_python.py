@@ -7,7 +7,8 @@ executor. What the sandbox shows it, read-only: the interpreter, the site-packag
 directories, and the top-level packages of agentfleet and of the tool's own module
 (not the project around them, the workspace or the worker's home).
 
-The tool's module is imported again in the child, with the sandbox's cleared
+The child's side (import the tool, run it on stdin, print its result) is
+``sandbox_child``. The tool's module is imported again in the child, with the sandbox's cleared
 environment: keep sandboxed tools in modules that import without secrets (a module
 declaring an agent whose model needs an API key would fail there).
 """
@@ -16,22 +17,18 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import json
 import os
 import shutil
 import stat
 import sys
-import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pydantic_core import to_jsonable_python
-
-from agentfleet.errors import ConfigurationError, ToolError
+from agentfleet.errors import ConfigurationError
 from agentfleet.harness.sandbox import Sandbox
 
-ENTRY = "agentfleet.harness.sandboxed_python"
+ENTRY = "agentfleet.harness.sandbox_child"  # what the sandboxed process runs (python -m)
 
 
 def python_argv_and_sandbox(fn: Callable[..., Any], tool_name: str, sandbox: Sandbox) -> tuple[list[str], Sandbox]:
@@ -88,41 +85,3 @@ def _package_dir(top: str, tool_name: str) -> str:
     if spec.origin is None:
         raise ConfigurationError(f"tool {tool_name!r}: module {top!r} has no file to show to the sandbox")
     return os.path.realpath(spec.origin)
-
-
-def main(target: str) -> int:
-    """In the sandbox: import the tool, run it on stdin's arguments, print its result (or a named error)."""
-    from agentfleet.harness.tool import Tool, ToolContext
-    from agentfleet.harness.tool_events import ENV, write_events
-
-    module_name, _, attr = target.partition(":")
-    declared = getattr(importlib.import_module(module_name), attr)
-    if not isinstance(declared, Tool) or declared.func is None:
-        print(f"{target} is not a Python tool", file=sys.stderr)
-        return 2
-    context: ToolContext | None = None
-    try:
-        kwargs = declared.bind(json.load(sys.stdin))
-        if declared.context_param:
-            context = kwargs[declared.context_param] = ToolContext(
-                run_id=os.environ.get("AGENTFLEET_RUN_ID", ""), call_id=os.environ.get("AGENTFLEET_CALL_ID", ""),
-                idempotency_key=os.environ.get("AGENTFLEET_IDEMPOTENCY_KEY", ""), workspace=Path.cwd(),
-                attempt=int(os.environ.get("AGENTFLEET_ATTEMPT", "1")))
-        value = declared.func(**kwargs)
-    except ToolError as exc:
-        if context is not None and context.refused:  # the executor checks them again and dead-letters them
-            write_events(os.environ[ENV], [(name, payload) for name, payload, _ in context.refused])
-        print(json.dumps({"error": {"code": str(exc.code), "message": str(exc), "hint": exc.hint}}))
-        print(f"{exc.code}: {exc}", file=sys.stderr)  # what the model sees if the code is not one a tool may give
-        return 1
-    except Exception:
-        traceback.print_exc()
-        return 1
-    if context is not None and context.published:  # ctx.publish, sent by the executor once the step commits
-        write_events(os.environ[ENV], context.published)
-    print(json.dumps(to_jsonable_python(value)))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))

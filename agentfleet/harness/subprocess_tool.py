@@ -29,7 +29,7 @@ import shutil
 import tempfile
 import tomllib
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -47,10 +47,12 @@ from agentfleet.harness.sandbox import (
     Sandbox,
     bounds_for,
     bwrap_args,
+    sandbox_check,
+    sandbox_of,
     support,
     tool_env,
 )
-from agentfleet.harness.tool import LargeOutput, Produced, Tool, ToolContext, checked_schema, declare
+from agentfleet.harness.tool import Command, LargeOutput, Produced, Tool, ToolContext, checked_schema, declare
 from agentfleet.loop.transcript import ToolResult
 
 log = logging.getLogger(__name__)
@@ -69,13 +71,21 @@ HEAD_SHOWN = 300
 
 @dataclass(frozen=True)
 class SubprocessRunner:
-    """Runs a tool's executable for each call, under its sandbox."""
+    """Runs a tool's command for each call, under its sandbox (the harness makes one from the tool's data)."""
 
-    argv: tuple[str, ...]
-    directory: Path | None
-    sandbox: Sandbox = field(default_factory=Sandbox)
-    max_output: int = C.SUBPROCESS_MAX_OUTPUT
-    kind: str = "subprocess"
+    command: Command
+
+    @property
+    def sandbox(self) -> Sandbox:
+        return self.command.sandbox
+
+    @property
+    def directory(self) -> Path | None:
+        return self.command.directory
+
+    @property
+    def max_output(self) -> int:
+        return self.command.max_output
 
     def run(self, tool: Tool, kwargs: dict[str, Any], ctx: ToolContext, timeout_s: float) -> Produced | ToolResult:
         here = support()
@@ -87,7 +97,7 @@ class SubprocessRunner:
         with contextlib.ExitStack() as stack:
             events = stack.enter_context(SideChannel(io.BytesIO(), C.TOOL_EVENTS_MAX_BYTES))
             env = tool_env(self.sandbox) | _call_env(ctx) | {tool_events.ENV: f"/proc/self/fd/{events.write_fd}"}
-            command = self.command(TOOLDIR)
+            command = self.argv(TOOLDIR)
             side = [events]
             kept = None
             if self.sandbox.keep_workdir:  # the tree comes out through a pipe once the tool has exited
@@ -119,13 +129,9 @@ class SubprocessRunner:
                 return _with_workdir(tool, read, kept, limits)
             return read
 
-    @property
-    def keeps_files(self) -> bool:
-        return self.sandbox.keep_workdir
-
-    def command(self, tool_dir: str) -> list[str]:
-        """``argv`` with ``./`` paths resolved in the tool's directory (``/sandbox/tool`` inside the sandbox)."""
-        return [f"{tool_dir}/{a[2:]}" if a.startswith("./") else a for a in self.argv]
+    def argv(self, tool_dir: str) -> list[str]:
+        """The command with ``./`` paths resolved in the tool's directory (``/sandbox/tool`` inside the sandbox)."""
+        return [f"{tool_dir}/{a[2:]}" if a.startswith("./") else a for a in self.command.argv]
 
 
 def read_exit(tool: Tool, exited: Exited, sandbox: Sandbox, timeout_s: float, max_output: int,
@@ -280,51 +286,21 @@ def subprocess_tool(
         for a in argv:
             if a.startswith("./") and not (folder / a[2:]).is_file():
                 raise ConfigurationError(f"tool {name!r}: {folder / a[2:]} does not exist")
-    box = _sandbox_of(sandbox, name)
+    box = sandbox_of(sandbox, name)
     if max_output < response_limit:
         raise ConfigurationError(f"tool {name!r}: max_output ({max_output}) is below response_limit")
-    runner = SubprocessRunner(tuple(argv), folder, box, max_output)
     return declare(
-        name, description, checked_schema(schema, f"tool {name!r}"), runner=runner, source=source,
+        name, description, checked_schema(schema, f"tool {name!r}"), command=Command(tuple(argv), folder, box,
+                                                                                     max_output), source=source,
         timeout_s=timeout_s, tier=tier, idempotent=idempotent, read_only=read_only, cache_ttl_s=cache_ttl_s,
         health_check=health_check if health_check is not None else sandbox_check(),
         fallback=fallback, lock=lock, response_limit=response_limit, requires_approval=requires_approval,
         approval_expires_s=approval_expires_s, large_output=large_output)
 
 
-def python_runner(fn: Any, tool_name: str, sandbox: Sandbox | bool | dict[str, Any]) -> SubprocessRunner:
-    """The runner of a Python tool that opted in to the sandbox (``@tool(sandbox=...)``)."""
-    from agentfleet.harness.sandboxed_python import python_argv_and_sandbox
-
-    box = _sandbox_of(Sandbox() if sandbox is True else sandbox, tool_name)
-    argv, widened = python_argv_and_sandbox(fn, tool_name, box)
-    return SubprocessRunner(tuple(argv), None, widened)
-
-
-def _sandbox_of(sandbox: Any, tool_name: str) -> Sandbox:
-    try:
-        return sandbox if isinstance(sandbox, Sandbox) else Sandbox.model_validate(sandbox or {})
-    except ValidationError as exc:
-        raise ConfigurationError(f"tool {tool_name!r}: its sandbox is invalid: {_first(exc)}") from None
-
-
 SUBPROCESS_OPTIONS = ("description", "schema", "directory", "sandbox", "max_output", "timeout_s", "tier",
                       "idempotent", "read_only", "cache_ttl_s", "health_check", "fallback", "lock",
                       "response_limit", "requires_approval", "approval_expires_s", "large_output")
-
-
-def sandbox_check() -> Any:
-    """The health check every sandboxed tool shares by default: can bubblewrap build a sandbox here?"""
-    from agentfleet.harness.health import health_check
-
-    return health_check(C.SANDBOX_CHECK, _sandbox_ready, tier="local", timeout_s=10)
-
-
-def _sandbox_ready() -> str:
-    found = support(refresh=True)
-    if not found.available:
-        raise RuntimeError(found.detail)
-    return found.detail
 
 
 class ToolManifest(BaseModel):

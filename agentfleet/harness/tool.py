@@ -4,8 +4,9 @@ Arguments are validated by a pydantic model built from the signature, so the
 schema the model sees and the validation the executor applies are one thing.
 A parameter annotated ``ToolContext`` is injected, never shown to the model.
 Every kind of tool (a Python function here, an executable in ``subprocess_tool``)
-is declared through ``declare``, which checks the options they share; how a tool
-runs is its ``runner``, a strategy the harness's runner dispatches on.
+is declared through ``declare``, which checks the options they share. A tool that
+runs as a process of its own carries a ``Command`` (data); the harness's runner
+chooses how to run each tool from that data.
 """
 
 from __future__ import annotations
@@ -17,20 +18,22 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Protocol, get_type_hints
+from typing import TYPE_CHECKING, Any, Literal, get_type_hints
 
 import jsonschema
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 from agentfleet.config.settings import Settings
-from agentfleet.constants import DEFAULT_TOOL_RESPONSE_LIMIT
+from agentfleet.constants import DEFAULT_TOOL_RESPONSE_LIMIT, SUBPROCESS_MAX_OUTPUT
 from agentfleet.errors import ConfigurationError, ErrorCode, ToolError
 from agentfleet.harness.health import TIERS, HealthCheck, Tier, as_health_check
 from agentfleet.harness.policy import RequiresApproval
+from agentfleet.harness.sandbox import Sandbox, sandbox_check, sandbox_of
+from agentfleet.harness.sandboxed_python import python_argv_and_sandbox
 from agentfleet.harness.workspace import Workspace
 
 if TYPE_CHECKING:
-    from agentfleet.loop.transcript import ToolResult
+    pass
 
 LargeOutput = Literal["refuse", "artifact"]
 
@@ -132,14 +135,16 @@ class ToolContext:
         return candidate
 
 
-class ToolRunner(Protocol):
-    """How a tool's calls run: in this process (the default) or as a sandboxed subprocess."""
+@dataclass(frozen=True)
+class Command:
+    """How a tool that runs as a process of its own is started, as data: what to run (``./x`` names a file of
+    ``directory``), under which sandbox, and how much of its stdout to read. The decorator records it; the
+    harness decides how to run it (Temporal's activity definitions work the same way)."""
 
-    kind: str
-
-    def run(self, tool: Tool, kwargs: dict[str, Any], ctx: ToolContext, timeout_s: float) -> Produced | ToolResult:
-        """The tool's output (to be checked and sized by the harness), or a failure already structured."""
-        ...
+    argv: tuple[str, ...]
+    directory: Path | None
+    sandbox: Sandbox
+    max_output: int = SUBPROCESS_MAX_OUTPUT
 
 
 @dataclass(frozen=True)
@@ -172,17 +177,17 @@ class Tool:
     requires_approval: RequiresApproval = False  # True, or a function of the arguments
     approval_expires_s: float | None = None  # an unanswered request is denied after this (None: never)
     large_output: LargeOutput = "refuse"  # over response_limit: refused, or kept as an artifact the model can read
-    runner: ToolRunner | None = None  # None: the function runs in the executor's process
+    command: Command | None = None  # a process of its own in the sandbox; None: the function runs in the executor
     source: str | None = None  # where it was declared: a module, a manifest file, a plugin
 
     @property
     def leaves_artifacts(self) -> bool:
         """Whether a call may keep content as an artifact (its agent is then offered ``read_artifact``)."""
-        return self.large_output == "artifact" or bool(getattr(self.runner, "keeps_files", False))
+        return self.large_output == "artifact" or (self.command is not None and self.command.sandbox.keep_workdir)
 
     @property
     def kind(self) -> str:
-        return self.runner.kind if self.runner is not None else "python"
+        return "subprocess" if self.command is not None else "python"
 
     def default_timeout_s(self, settings: Settings) -> float:
         """The timeout when the tool sets none of its own: its tier's, else the fleet's default."""
@@ -299,14 +304,13 @@ def tool(
         args_model, context_param = _arguments_model(fn, tool_name)
         schema = args_model.model_json_schema()
         schema.pop("title", None)
-        runner = None
-        if sandbox:
-            from agentfleet.harness.subprocess_tool import python_runner, sandbox_check
-
-            runner = python_runner(fn, tool_name, sandbox)
+        command = None
+        if sandbox:  # recorded as data: the function's module is imported again in a sandboxed process
+            argv, widened = python_argv_and_sandbox(fn, tool_name, sandbox_of(sandbox, tool_name))
+            command = Command(tuple(argv), None, widened)
             if options["health_check"] is None:
                 options["health_check"] = sandbox_check()
-        return declare(tool_name, desc, schema, func=fn, runner=runner,
+        return declare(tool_name, desc, schema, func=fn, command=command,
                        args_model=args_model, context_param=context_param,
                        source=getattr(fn, "__module__", None), **options)
 
@@ -315,7 +319,7 @@ def tool(
 
 def declare(name: str, description: str, parameters: dict[str, Any], *, func: Callable[..., Any] | None = None,
             args_model: type[BaseModel] | None = None, context_param: str | None = None,
-            runner: ToolRunner | None = None, source: str | None = None, timeout_s: float | None = None,
+            command: Command | None = None, source: str | None = None, timeout_s: float | None = None,
             tier: Tier | None = None, idempotent: bool = False, read_only: bool = False,
             cache_ttl_s: float | None = None, health_check: object = None, fallback: str | None = None,
             lock: str | None = None, response_limit: int = DEFAULT_TOOL_RESPONSE_LIMIT,
@@ -366,7 +370,7 @@ def declare(name: str, description: str, parameters: dict[str, Any], *, func: Ca
         requires_approval=requires_approval,
         approval_expires_s=approval_expires_s,
         large_output=large_output,
-        runner=runner,
+        command=command,
         source=source,
     )
 
