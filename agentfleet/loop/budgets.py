@@ -93,12 +93,13 @@ def check_turn(limits: Limits, usage_with_turn: Usage) -> Termination | None:
     return Termination(gate.code, f"{gate.message} with this turn; none of its calls was run") if gate else None
 
 
-def charged(usage: Usage, written_chars: int) -> Usage:
+def charged(usage: Usage, written_tokens: int) -> Usage:
     """What a turn counts for against the budget: the model's own count of its output, or the size of what it
-    wrote (4 characters a token) where that is more, so a model or server that under-reports cannot buy a
-    5 MB turn for the price of a short one."""
-    estimate = written_chars // 4
-    return usage if estimate <= usage.output_tokens else usage.model_copy(update={"output_tokens": estimate})
+    wrote (``written_tokens``, estimated from its text) where that is more, so a model or server that
+    under-reports cannot buy a 5 MB turn for the price of a short one."""
+    if written_tokens <= usage.output_tokens:
+        return usage
+    return usage.model_copy(update={"output_tokens": written_tokens})
 
 
 @dataclass(frozen=True)

@@ -50,10 +50,10 @@ class Model(Protocol):
 OUTPUT_ESTIMATE_TOKENS = 1024  # what a turn is expected to write, when its model cannot say
 
 
-def estimated_usage(model: Any, request: ModelRequest, prices: Mapping[str, Any]) -> Usage:
+def estimated_usage(model: Any, request: ModelRequest, prompt_tokens: int, prices: Mapping[str, Any]) -> Usage:
     """What a turn is expected to cost before it is taken (its reservation in a tree's budget): the model's own
     estimate where it has one (``estimate(request) -> Usage``: a scripted or replayed model knows its turn),
-    else the prompt at 4 characters a token and an output allowance, priced from the table."""
+    else ``prompt_tokens`` (the caller's count of the prompt) and an output allowance, priced from the table."""
     own = getattr(model, "estimate", None)
     if callable(own):
         said = own(request)
@@ -61,6 +61,4 @@ def estimated_usage(model: Any, request: ModelRequest, prices: Mapping[str, Any]
             return said
     from agentfleet.models.pricing import usage_of
 
-    prompt = sum(len(m.content or "") + sum(len(json.dumps(c.arguments)) for c in m.tool_calls)
-                 for m in request.messages) + len(json.dumps(request.tools))
-    return usage_of(str(getattr(model, "name", "")), prompt // 4, OUTPUT_ESTIMATE_TOKENS, 0, prices)
+    return usage_of(str(getattr(model, "name", "")), prompt_tokens, OUTPUT_ESTIMATE_TOKENS, 0, prices)

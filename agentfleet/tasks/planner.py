@@ -7,7 +7,6 @@ event reuses it instead of calling the model again.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import time
 
@@ -15,7 +14,7 @@ from sqlalchemy import Connection
 
 from agentfleet.config.agents import Agent
 from agentfleet.constants import REPAIR_MESSAGE_NAME
-from agentfleet.context.builder import build_messages, context_budget
+from agentfleet.context.builder import build_messages, context_budget, estimate_tokens
 from agentfleet.errors import RECOVERY_SUGGESTIONS, AgentNotLoaded, ErrorCode, GoalRejected, ModelError
 from agentfleet.events.contracts import Result, ResultStatus
 from agentfleet.events.envelope import (
@@ -211,7 +210,8 @@ def _reserve(step: Step, agent: Agent, run: RunRecord, key: str, request: ModelR
         gate = check_tree([_level(a) for a in ancestors])
         if gate is not None:
             return gate
-        estimate = estimated_usage(agent.model, request, step.rt.settings.model_prices)
+        estimate = estimated_usage(agent.model, request, estimate_tokens(request.messages),
+                                   step.rt.settings.model_prices)
         held = Reservation(estimate.total_tokens, estimate.cost_usd, 1)
         store.reserve(conn, run.ancestors, held)
         store.set_step_input(conn, key, {**recorded, RESERVED: held.as_dict()})
@@ -272,8 +272,8 @@ def _decide_and_commit(step: Step, agent: Agent, run: RunRecord, new_messages: l
     decision = decide(planned.turn, agent.result_schema, plan_signatures(history), tools=agent.tools.keys(),
                       repairs_left=limits.max_repairs - repairs_used, max_calls=limits.max_calls_per_turn)
     if isinstance(decision, Dispatch):
-        written = sum(len(c.name) + len(json.dumps(c.arguments, default=str)) for c in decision.calls)
-        over = check_turn(limits, run.usage + charged(planned.turn.usage, written + len(planned.turn.text or "")))
+        written = estimate_tokens([planned.turn.as_message()])  # the context builder's count, one for both
+        over = check_turn(limits, run.usage + charged(planned.turn.usage, written))
         if over is not None:
             return _end(step, run, new_messages, iteration, planned, ResultStatus.FAILED, over.code, over.message)
     if isinstance(decision, Repair):

@@ -70,11 +70,11 @@ def test_a_turn_over_the_budget_is_caught_before_its_calls_run_and_size_counts_w
     limits = Limits(max_tokens=200_000)
     assert check_turn(limits, Usage(input_tokens=1000, output_tokens=1000)) is None
     told = Usage(input_tokens=100, output_tokens=10)  # a server that under-reports a 5 MB answer
-    counted = charged(told, written_chars=5_000_000)
+    counted = charged(told, written_tokens=1_250_000)
     assert counted.output_tokens == 1_250_000
     over = check_turn(limits, counted)
     assert over is not None and over.code == ErrorCode.TOKEN_BUDGET and "none of its calls was run" in over.message
-    assert charged(told, written_chars=8) == told
+    assert charged(told, written_tokens=2) == told
 
 
 def test_limits_bound_the_calls_per_turn_and_a_goal_may_only_tighten_it() -> None:
