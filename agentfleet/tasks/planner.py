@@ -7,6 +7,7 @@ event reuses it instead of calling the model again.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import time
 
@@ -14,7 +15,7 @@ from sqlalchemy import Connection
 
 from agentfleet.config.agents import Agent
 from agentfleet.constants import REPAIR_MESSAGE_NAME
-from agentfleet.context.builder import build_messages, context_budget, estimate_tokens
+from agentfleet.context.builder import CHARS_PER_TOKEN, build_messages, context_budget, estimate_tokens
 from agentfleet.errors import RECOVERY_SUGGESTIONS, AgentNotLoaded, ErrorCode, GoalRejected, ModelError
 from agentfleet.events.contracts import Result, ResultStatus
 from agentfleet.events.envelope import (
@@ -272,8 +273,11 @@ def _decide_and_commit(step: Step, agent: Agent, run: RunRecord, new_messages: l
     decision = decide(planned.turn, agent.result_schema, plan_signatures(history), tools=agent.tools.keys(),
                       repairs_left=limits.max_repairs - repairs_used, max_calls=limits.max_calls_per_turn)
     if isinstance(decision, Dispatch):
-        written = estimate_tokens([planned.turn.as_message()])  # the context builder's count, one for both
-        over = check_turn(limits, run.usage + charged(planned.turn.usage, written))
+        # What the model wrote (names, arguments, text), at the context builder's rate: not the message's framing,
+        # which an honest model's count of its output does not include.
+        written = sum(len(c.name) + len(json.dumps(c.arguments, default=str)) for c in decision.calls)
+        written += len(planned.turn.text or "")
+        over = check_turn(limits, run.usage + charged(planned.turn.usage, written // CHARS_PER_TOKEN))
         if over is not None:
             return _end(step, run, new_messages, iteration, planned, ResultStatus.FAILED, over.code, over.message)
     if isinstance(decision, Repair):
