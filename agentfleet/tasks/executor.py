@@ -160,6 +160,9 @@ def _policy(step: Step, req: ToolRequested) -> Cleared | list[Envelope]:
     tool = agent.tools.get(req.call.name) if agent else None
     if agent is None or tool is None:
         return Cleared(req.call.arguments)  # _attempt answers UNKNOWN_TOOL
+    rules = (*agent.approval_rules, *step.rt.settings.rules)
+    if not tool.requires_approval and not any(r.covers(tool.name) for r in rules):
+        return Cleared(req.call.arguments)  # nothing to decide: the dispatch binds once, and runs what it bound
     try:
         # Rules decide on what will run: the values the tool receives once bound ("5e3" is 5000.0), not the
         # model's text; and those values, not the text, run.
@@ -167,7 +170,7 @@ def _policy(step: Step, req: ToolRequested) -> Cleared | list[Envelope]:
     except ToolError:
         return Cleared(req.call.arguments)  # the dispatch answers INVALID_ARGUMENTS: nothing runs
     verdict = evaluate(tool.name, bound, requires_approval=tool.requires_approval,
-                       expires_s=tool.approval_expires_s, rules=(*agent.approval_rules, *step.rt.settings.rules))
+                       expires_s=tool.approval_expires_s, rules=rules)
     if verdict.action == "allow":
         return Cleared(bound)
     if verdict.action == "deny":
