@@ -1165,20 +1165,19 @@ def main() -> None:
 def _masked_output() -> Iterator[None]:
     """Everything this process prints passes the redactor the logs use: results, statuses, dead letters, error
     messages and tracebacks alike (``agentfleet artifacts --ref`` writes its bytes as they are, to a file or a
-    pipe: that is data asked for, not output shown)."""
+    pipe: that is data asked for, not output shown). The streams stay masked until the process exits: a crash's
+    traceback is printed after ``main`` has returned, by the interpreter."""
     from agentfleet.harness.redaction import RedactingStream, install_for
 
     with contextlib.suppress(Exception):  # settings that do not parse are the command's to report; patterns apply
         install_for(get_settings())
-    stdout, stderr = sys.stdout, sys.stderr
-    sys.stdout, sys.stderr = RedactingStream(stdout), RedactingStream(stderr)  # type: ignore[assignment]
+    sys.stdout, sys.stderr = RedactingStream(sys.stdout), RedactingStream(sys.stderr)  # type: ignore[assignment]
     try:
         yield
     finally:
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(Exception):
                 stream.flush()
-        sys.stdout, sys.stderr = stdout, stderr
 
 
 

@@ -128,3 +128,14 @@ leak = Agent("leak", instructions="x", model=ScriptedModel([ScriptedModel.calls(
     shown = _cli("status", run_id, "--embedded", "--json", tmp_path=tmp_path, **env)
     assert shown.returncode == 0 and "canary" not in shown.stdout + shown.stderr
 
+
+
+def test_a_crash_of_the_cli_prints_its_traceback_masked(tmp_path: Path) -> None:
+    """An exception the CLI does not expect still ends in a traceback on stderr: it passes the redactor too (it was
+    printed after the masking stream had been taken away)."""
+    (tmp_path / "crashy_hook.py").write_text("import os\nraise RuntimeError('boom ' + os.environ['DB_PASSWORD'])\n")
+    done = _cli("run", "repo_report", "--input", '{"path": "."}', tmp_path=tmp_path,
+                PYTHONPATH=f"{ROOT}:{tmp_path}", AGENTFLEET_HOOKS="crashy_hook:hook", DB_PASSWORD="dbpw-canary-77")
+    said = done.stdout + done.stderr
+    assert done.returncode != 0 and "boom" in said, said[-2000:]
+    assert "canary" not in said, said[-2000:]
