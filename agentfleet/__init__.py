@@ -3,8 +3,8 @@
 The public API is what this module exports; ``tests/unit/test_public_api.py`` pins it.
 """
 
-from agentfleet.config.agents import Agent
-from agentfleet.config.plugins import Plugin
+from agentfleet.agents.plugins import Plugin
+from agentfleet.agents.registry import Agent
 from agentfleet.config.settings import Settings
 from agentfleet.errors import (
     AgentfleetError,
@@ -18,11 +18,6 @@ from agentfleet.errors import (
 )
 from agentfleet.events.contracts import Goal, Result, ResultStatus
 from agentfleet.events.domain import Trigger, domain_event
-from agentfleet.harness.health import HealthCheck, health_check
-from agentfleet.harness.policy import ApprovalRule
-from agentfleet.harness.sandbox import ResourceLimits, Sandbox
-from agentfleet.harness.subprocess_tool import load_tool_folder, load_tool_manifest, subprocess_tool
-from agentfleet.harness.tool import Tool, ToolCancelled, ToolContext, tool
 from agentfleet.loop.budgets import Limits
 from agentfleet.loop.transcript import Message, ModelTurn, ToolCall, ToolResult, Usage
 from agentfleet.models import model_from_spec
@@ -30,6 +25,11 @@ from agentfleet.models.base import Model, ModelRequest
 from agentfleet.models.replay import ReplayModel
 from agentfleet.models.retrying import RetryingModel, RetryPolicy
 from agentfleet.models.scripted import ScriptedModel
+from agentfleet.sandbox.options import ResourceLimits, Sandbox
+from agentfleet.tools.health import HealthCheck, health_check
+from agentfleet.tools.manifest import load_tool_folder, load_tool_manifest, subprocess_tool
+from agentfleet.tools.policy import ApprovalRule
+from agentfleet.tools.tool import Tool, ToolCancelled, ToolContext, tool
 
 __version__ = "0.1.0"
 

@@ -18,7 +18,7 @@ from rich.table import Table
 
 from agentfleet import constants as C
 from agentfleet import logs
-from agentfleet.config.agents import fleet_agents
+from agentfleet.agents.registry import fleet_agents
 from agentfleet.config.settings import Settings, get_settings
 from agentfleet.errors import AgentfleetError, ConfigurationError, ErrorCode, GoalRejected, ServiceUnreachable
 from agentfleet.events.contracts import Goal, Result, ResultStatus
@@ -144,8 +144,8 @@ def run(
 def _run_embedded(agent: str, body: dict[str, Any], swap: Callable[[Model], Model] | None, as_json: bool,
                   timeout: float, *, show_result: bool = True) -> Result:
     """One goal through an embedded fleet, followed on screen; ``swap`` chooses the agent's model."""
+    from agentfleet.ops.progress import follow
     from agentfleet.workers.embedded import EmbeddedFleet
-    from agentfleet.workers.progress import follow
 
     settings = get_settings().with_profile("embedded")
     logs.configure("WARNING" if settings.log_level != "DEBUG" else "DEBUG", settings.log_json)
@@ -181,7 +181,7 @@ def _settle_trace(store: Any, run_id: str, timeout: float, *, quiet: bool) -> No
     import time
 
     from agentfleet.loop.states import is_terminal
-    from agentfleet.workers.trace import trace_lines, trace_of
+    from agentfleet.ops.trace import trace_lines, trace_of
 
     run = store.get_run(run_id)
     if run is None or (len(store.runs_in_trace(run.trace_id)) < 2 and not store.domain_events(run_id=run_id)):
@@ -220,7 +220,7 @@ def publish(
 
     An event that breaks its schema is refused here (exit 1) before it is sent. Each agent whose trigger
     names it starts one run per event id."""
-    from agentfleet.config.agents import fleet_agents
+    from agentfleet.agents.registry import fleet_agents
     from agentfleet.events.domain import external_event_id, problems
 
     data = _json_arg(payload, "--payload")
@@ -236,7 +236,7 @@ def publish(
     if embedded:
         _publish_embedded(name, data, event_id, as_json, timeout)
         return
-    from agentfleet.workers.client import FleetClient
+    from agentfleet.ops.client import FleetClient
 
     with FleetClient(get_settings()) as client:
         client.publish_event(name, body, message_id=message_id)
@@ -339,8 +339,8 @@ def submit(
 
     A goal for an agent this machine also loads is admitted here first, so a bad goal is refused
     (exit 1) before it is sent; the fleet admits it again either way."""
-    from agentfleet.tasks.admission import admit
-    from agentfleet.workers.client import FleetClient
+    from agentfleet.ops.client import FleetClient
+    from agentfleet.roles.admission import admit
 
     settings = get_settings()
     body = _goal(agent, input_json, goal_id or str(uuid.uuid4()), max_steps)
@@ -359,7 +359,7 @@ def submit(
             return
         progress = None
         if not as_json:
-            from agentfleet.workers.progress import Progress
+            from agentfleet.ops.progress import Progress
 
             out.print(f"run {run_id}")
             progress = Progress(client.rt.store, run_id, out)
@@ -375,7 +375,7 @@ def submit(
 
 def _runtime(settings: Settings) -> Any:
     """The fleet's runtime, once its database answers (tried for AGENTFLEET_CONNECT_TIMEOUT_S, else exit 69)."""
-    from agentfleet.tasks.runtime import runtime_for
+    from agentfleet.roles.runtime import runtime_for
     from agentfleet.workers.app import create_app
     from agentfleet.workers.preflight import reach_all
 
@@ -399,9 +399,10 @@ def status(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON")] = False,
 ) -> None:
     """Show a run's state, usage, steps and approvals from its checkpoint, and whether it looks stuck."""
-    from agentfleet.store.repository import now
-    from agentfleet.tasks.sweeper import Action, assess, queue_depths
-    from agentfleet.workers.progress import describe_run
+    from agentfleet.events.publisher import queue_depths
+    from agentfleet.ops.progress import describe_run
+    from agentfleet.roles.sweeper import Action, assess
+    from agentfleet.store.records import now
 
     rt = _runtime(_settings(embedded))
     described = describe_run(rt.store, run_id)
@@ -506,7 +507,7 @@ def runs(
 ) -> None:
     """List runs, newest first: state, iterations, tokens, cost and how each ended."""
     from agentfleet.loop.states import RunState
-    from agentfleet.workers.deadletters import parse_since
+    from agentfleet.ops.deadletters import parse_since
 
     states = [s.upper() for s in state or []]
     unknown = [s for s in states if s not in RunState.__members__]
@@ -535,7 +536,7 @@ def trace(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON")] = False,
 ) -> None:
     """What happened to a run and why: model turns, tool calls, transitions and the end reason, in order."""
-    from agentfleet.workers.trace import trace_lines, trace_of
+    from agentfleet.ops.trace import trace_lines, trace_of
 
     rt = _runtime(_settings(embedded))
     found = trace_of(rt.store, run_id, rt.agents)
@@ -555,7 +556,7 @@ def sweep(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON")] = False,
 ) -> None:
     """Re-drive stalled runs from their last checkpoint once (observer workers also do it on a timer)."""
-    from agentfleet.tasks.sweeper import sweep as sweep_once
+    from agentfleet.roles.sweeper import sweep as sweep_once
 
     findings = sweep_once(_runtime(get_settings()), dry_run=dry_run)
     if findings is None:
@@ -579,7 +580,7 @@ def cancel(
     reason: Annotated[str, typer.Option(help="Why")] = "cancelled by request",
 ) -> None:
     """Ask the fleet to cancel a run: running subprocess tools are killed, Python tools told (ctx.cancelled)."""
-    from agentfleet.workers.client import FleetClient
+    from agentfleet.ops.client import FleetClient
 
     with FleetClient(get_settings()) as client:
         client.cancel(run_id, reason)
@@ -622,7 +623,7 @@ def _answer_approval(run_id: str, call_id: str, decision: str, note: str | None,
 
     from agentfleet.errors import ApprovalRefused
     from agentfleet.events.contracts import ApprovalAnswer, ApprovalResolve
-    from agentfleet.tasks.approvals import resolve
+    from agentfleet.roles.approvals import resolve
 
     rt = _runtime(_settings(embedded))
     who = by or getpass.getuser()
@@ -697,15 +698,15 @@ def worker(
 
         use_multiprocess_metrics(role)  # before anything imports prometheus-client (workers.app does)
 
-    from agentfleet.harness.redaction import install_for
-    from agentfleet.tasks.runtime import PREFLIGHT_DONE_KEY
+    from agentfleet.redaction import install_for
+    from agentfleet.roles.runtime import PREFLIGHT_DONE_KEY
     from agentfleet.workers.app import create_app
     from agentfleet.workers.preflight import preflight
 
     install_for(settings)  # the preflight's messages are masked too
     preflight(settings)  # ConfigurationError: main() prints it and exits 2, before anything is consumed
     if role == C.EXECUTOR:  # what this host offers to bound each sandboxed call: found (and logged) before work
-        from agentfleet.harness.call_bounds import host_bounds
+        from agentfleet.sandbox.call_bounds import host_bounds
 
         host_bounds()
     celery_app = create_app(settings)
@@ -736,8 +737,8 @@ def workers(
     """The namespace's live workers by role: pool and size, tasks running now, and each role queue's depth."""
     import dataclasses
 
-    from agentfleet.tasks.sweeper import queue_depths
-    from agentfleet.workers.control import live_workers
+    from agentfleet.events.publisher import queue_depths
+    from agentfleet.ops.control import live_workers
 
     celery_app, topology = _control_plane()
     found = live_workers(celery_app, topology, timeout)
@@ -765,7 +766,7 @@ def scale(
     """Set a role's total pool size across its live workers, live (spread evenly); prints what each confirmed."""
     import dataclasses
 
-    from agentfleet.workers.control import scale as resize
+    from agentfleet.ops.control import scale as resize
 
     if role not in C.ROLES:
         raise typer.BadParameter(f"role must be one of {', '.join(C.ROLES)}")
@@ -820,7 +821,7 @@ def plugins(as_json: Annotated[bool, typer.Option("--json", help="Print JSON")] 
     """Every plugin found (installed entry points, AGENTFLEET_PLUGIN_PATHS folders): source, version, state.
 
     Exits 2 with the reason when they cannot all be loaded (the fleet's workers would not start)."""
-    from agentfleet.config.plugins import discover, plan
+    from agentfleet.agents.plugins import discover, plan
 
     settings = get_settings()
     try:
@@ -886,9 +887,9 @@ def health(as_json: Annotated[bool, typer.Option("--json", help="Print JSON")] =
     For a container healthcheck. A check with no fresh answer in Redis is run here. Also says how this host
     bounds each sandboxed call (its own uid, cgroup, tmpfs sizes), or that it cannot.
     """
-    from agentfleet.harness.call_bounds import host_bounds
-    from agentfleet.harness.health import run_check
-    from agentfleet.harness.health_cache import plan_checks
+    from agentfleet.fleet.health_cache import plan_checks
+    from agentfleet.harness.checks import run_check
+    from agentfleet.sandbox.call_bounds import host_bounds
 
     rt = _runtime(get_settings())
     reachable = rt.redis.fail_open(lambda r: bool(r.ping()), False)
@@ -1027,14 +1028,14 @@ LimitOpt = Annotated[int, typer.Option("--limit", help="Read at most this many d
 
 
 def _dead_letters() -> Any:
-    from agentfleet.workers.deadletters import DeadLetterQueue
+    from agentfleet.ops.deadletters import DeadLetterQueue
 
     rt = _runtime(get_settings())
     return DeadLetterQueue(rt.publisher.app, rt.topology, rt.publisher)
 
 
 def _filter(ids: list[str] | None, reason: str | None, since: str | None, source: str | None) -> Any:
-    from agentfleet.workers.deadletters import Filter, parse_since
+    from agentfleet.ops.deadletters import Filter, parse_since
 
     return Filter(ids=tuple(ids or ()), reason=reason, since=parse_since(since) if since else None, source=source)
 
@@ -1119,7 +1120,7 @@ def namespace_delete(
     from pydantic import ValidationError
 
     from agentfleet.events.topology import Topology
-    from agentfleet.harness.fleet_redis import connect, forget_namespace
+    from agentfleet.fleet.fleet_redis import connect, forget_namespace
     from agentfleet.workers.preflight import reach_all
 
     try:  # the name is checked as AGENTFLEET_NAMESPACE is
@@ -1143,7 +1144,7 @@ def namespace_delete(
 @db_app.command("upgrade")
 def db_upgrade(revision: Annotated[str, typer.Argument(help="Target revision")] = "head") -> None:
     """Create or migrate the tables (Alembic)."""
-    from agentfleet.harness.redaction import redact
+    from agentfleet.redaction import redact
     from agentfleet.store import db
 
     settings: Settings = get_settings()
@@ -1167,7 +1168,7 @@ def _masked_output() -> Iterator[None]:
     messages and tracebacks alike (``agentfleet artifacts --ref`` writes its bytes as they are, to a file or a
     pipe: that is data asked for, not output shown). The streams stay masked until the process exits: a crash's
     traceback is printed after ``main`` has returned, by the interpreter."""
-    from agentfleet.harness.redaction import RedactingStream, install_for
+    from agentfleet.redaction import RedactingStream, install_for
 
     with contextlib.suppress(Exception):  # settings that do not parse are the command's to report; patterns apply
         install_for(get_settings())

@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
-from agentfleet.harness.redaction import active, redact
+from agentfleet.redaction import active, redact
 
 _context: contextvars.ContextVar[dict[str, str]] = contextvars.ContextVar("agentfleet_log_context", default={})  # noqa: B039
 _STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime"}

@@ -21,11 +21,11 @@ from sqlalchemy import text
 import agentfleet
 from agentfleet import constants as C
 from agentfleet.events.topology import Topology
+from agentfleet.ops.client import FleetClient
+from agentfleet.ops.progress import wait_for_end
 from agentfleet.store import Store, make_engine
 from agentfleet.store.db import scratch_database
-from agentfleet.workers.client import FleetClient
 from agentfleet.workers.processes import WorkerProcesses
-from agentfleet.workers.progress import wait_for_end
 
 ROOT = Path(__file__).resolve().parents[1]
 BROKER = os.environ.get("AGENTFLEET_BROKER_URL", "amqp://guest:guest@127.0.0.1:5672//")
@@ -164,7 +164,7 @@ def delete_redis_keys(namespace: str) -> None:
     """The namespace's health entries, breakers and cached results."""
     import redis
 
-    from agentfleet.harness.fleet_redis import forget_namespace
+    from agentfleet.fleet.fleet_redis import forget_namespace
 
     try:
         client = redis.Redis.from_url(REDIS)

@@ -20,8 +20,8 @@ import httpx
 from agentfleet.config.settings import Settings
 from agentfleet.models import AnthropicModel, OpenAIModel
 from agentfleet.models.base import Model
+from agentfleet.ops.progress import wait_for_end
 from agentfleet.workers.embedded import EmbeddedFleet
-from agentfleet.workers.progress import wait_for_end
 
 HERE = Path(__file__).resolve().parent
 TEXTS = [

@@ -90,7 +90,7 @@ def namespace() -> Iterator[str]:
     if _reachable(*SERVICES["redis"]):  # the namespace's health entries, breakers, cache and locks
         import redis
 
-        from agentfleet.harness.fleet_redis import forget_namespace
+        from agentfleet.fleet.fleet_redis import forget_namespace
 
         client = redis.Redis.from_url(REDIS_URL)
         forget_namespace(client, ns)
@@ -113,7 +113,7 @@ def fleet_seal(fleet_redis: Any, store: Store, namespace: str) -> Any:
     """The fleet's Redis as its workers see it (their key, from the session database): to write entries the
     fleet believes, and to read them back."""
     from agentfleet import constants as C
-    from agentfleet.harness.fleet_redis import FleetRedis
+    from agentfleet.fleet.fleet_redis import FleetRedis
 
     return FleetRedis(fleet_redis, namespace, secret=store.fleet_secret(C.FLEET_KEY_SECRET).encode())
 

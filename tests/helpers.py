@@ -17,9 +17,11 @@ import pytest
 from sqlalchemy import text
 
 from agentfleet.config.settings import get_settings
-from agentfleet.store.repository import RunRecord, Store, lock_id
+from agentfleet.ops.progress import wait_for_end
+from agentfleet.store.base import lock_id
+from agentfleet.store.records import RunRecord
+from agentfleet.store.repository import Store
 from agentfleet.workers.embedded import EmbeddedFleet
-from agentfleet.workers.progress import wait_for_end
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -234,7 +236,7 @@ def require_sandbox() -> None:
     """Fail (under CI) or skip where bubblewrap cannot build a sandbox: ``make test`` installs it."""
     import os
 
-    from agentfleet.harness.sandbox import support
+    from agentfleet.sandbox.bwrap import support
 
     found = support(refresh=True)
     if not found.available:

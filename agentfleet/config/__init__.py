@@ -1,6 +1,5 @@
-"""Settings, profiles, and agent declarations."""
+"""Settings and profiles: what a process runs with, from the environment and ``.env``."""
 
-from agentfleet.config.agents import Agent, AgentRegistry, Limits, load_agents, registry
 from agentfleet.config.settings import Profile, Settings, get_settings
 
-__all__ = ["Agent", "AgentRegistry", "Limits", "Profile", "Settings", "get_settings", "load_agents", "registry"]
+__all__ = ["Profile", "Settings", "get_settings"]

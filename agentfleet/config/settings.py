@@ -14,12 +14,12 @@ from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from agentfleet import constants
-from agentfleet.models.pricing import ModelPrice
+from agentfleet.models.pricing import ModelPrice, use_price_overrides
 from agentfleet.models.ratelimit import ModelRateLimit
 
 if TYPE_CHECKING:
-    from agentfleet.harness.policy import ApprovalRule
     from agentfleet.models.retrying import RetryPolicy
+    from agentfleet.tools.policy import ApprovalRule
 
 Profile = Literal["embedded", "distributed"]
 
@@ -84,7 +84,7 @@ class Settings(BaseSettings):
     trace_max_runs: int = Field(default=constants.TRACE_MAX_RUNS, ge=1)
     # Read-only tools' results are cached this long unless the tool says otherwise (0: not cached).
     tool_cache_ttl_s: float = Field(default=constants.TOOL_CACHE_TTL_S, ge=0)
-    # Approval rules for every agent: a JSON list of ApprovalRule objects (agentfleet.harness.policy).
+    # Approval rules for every agent: a JSON list of ApprovalRule objects (agentfleet.tools.policy).
     approval_rules: str = ""
     # How often observers expire unanswered approval requests and apply answers (0: not in this worker).
     approval_poll_s: float = Field(default=constants.APPROVAL_POLL_S, ge=0)
@@ -128,14 +128,14 @@ class Settings(BaseSettings):
     @field_validator("approval_rules")
     @classmethod
     def _rules_parse(cls, value: str) -> str:
-        from agentfleet.harness.policy import rules_from_json
+        from agentfleet.tools.policy import rules_from_json
 
         rules_from_json(value)  # a bad rule stops the process at start-up, naming the fault
         return value
 
     @property
     def rules(self) -> tuple[ApprovalRule, ...]:
-        from agentfleet.harness.policy import rules_from_json
+        from agentfleet.tools.policy import rules_from_json
 
         return rules_from_json(self.approval_rules)
 
@@ -179,6 +179,9 @@ class Settings(BaseSettings):
 @lru_cache(maxsize=1)
 def get_settings() -> Settings:
     return Settings()
+
+
+use_price_overrides(lambda: get_settings().model_prices)
 
 
 def _listed(text: str) -> list[str]:

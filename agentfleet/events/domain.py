@@ -22,9 +22,9 @@ import jsonschema
 
 from agentfleet.errors import ConfigurationError
 from agentfleet.events.envelope import FLEET_RUN_ID, DomainEvent, Envelope, EventType
-from agentfleet.harness.policy import MISSING, argument
 from agentfleet.loop.decisions import schema_errors
 from agentfleet.loop.keys import TRIGGER_PREFIX, derived_event_id
+from agentfleet.loop.pointers import MISSING, argument
 
 NAME = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z0-9_]+)*$")
 MAX_NAME_CHARS = 200  # the column that records it (domain_events.name); the routing key adds "domain."

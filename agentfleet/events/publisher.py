@@ -21,7 +21,7 @@ from pydantic import BaseModel
 from agentfleet import constants as C
 from agentfleet.events.envelope import Envelope
 from agentfleet.events.topology import Topology
-from agentfleet.harness.redaction import redact
+from agentfleet.redaction import redact
 
 log = logging.getLogger(__name__)
 
@@ -145,3 +145,17 @@ def client_headers(headers: Mapping[str, Any] | None) -> dict[str, Any]:
         if isinstance(value, str | int | float | bool) and not (isinstance(value, str) and len(value) > 1000):
             kept[key] = value
     return kept
+
+
+def queue_depths(app: Celery, topology: Topology) -> dict[str, int]:
+    """Messages ready in each role's queue (unknown, if the broker is away: none). Needs only the broker: the
+    sweeper reads it once per sweep, `agentfleet workers` on a machine without the agents' code too."""
+    try:
+        with app.connection_for_write() as conn:
+            conn.ensure_connection(max_retries=1)
+            channel = conn.default_channel
+            return {role: queue.bind(channel).queue_declare(passive=True).message_count
+                    for role, queue in topology.role_queues.items()}
+    except Exception as exc:
+        log.warning("queue depths unknown: %s", exc)
+        return {}

@@ -20,11 +20,11 @@ from typing import Any
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from agentfleet.errors import ErrorCode, ToolError
-from agentfleet.harness.artifacts import artifact_view, content_ref
-from agentfleet.harness.subprocess_tool import SubprocessRunner
+from agentfleet.harness.subprocess_runner import SubprocessRunner
 from agentfleet.harness.timeouts import call_with_timeout
-from agentfleet.harness.tool import Produced, Tool, ToolContext
 from agentfleet.loop.transcript import ToolResult
+from agentfleet.tools.artifacts import artifact_view, content_ref
+from agentfleet.tools.tool import Produced, Tool, ToolContext
 
 log = logging.getLogger(__name__)
 

@@ -17,8 +17,8 @@ from pathlib import Path
 from pydantic_core import to_jsonable_python
 
 from agentfleet.errors import ToolError
-from agentfleet.harness.tool import Tool, ToolContext
 from agentfleet.harness.tool_events import ENV, write_events
+from agentfleet.tools.tool import Tool, ToolContext
 
 
 def main(target: str) -> int:

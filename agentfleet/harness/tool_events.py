@@ -18,8 +18,8 @@ from typing import Any
 from agentfleet import constants as C
 from agentfleet.errors import ErrorCode, ToolError
 from agentfleet.events.domain import problems
-from agentfleet.harness.tool import ToolContext
 from agentfleet.loop.transcript import ToolResult
+from agentfleet.tools.tool import ToolContext
 
 ENV = "AGENTFLEET_EVENTS"
 Event = tuple[str, dict[str, Any]]

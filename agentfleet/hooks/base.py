@@ -1,16 +1,16 @@
 """The hook seam: one list every step, tool call, model call and run transition passes through.
 
 Like Dramatiq's middleware: a base class of empty methods, so a hook overrides only
-what it watches. Metrics and the audit trail are hooks (``hooks/metrics.py``,
-``hooks/audit.py``), not edits in handlers; users add their own with
-``AGENTFLEET_HOOKS``.
+what it watches. Metrics, tracing and the audit log are hooks (``hooks/metrics.py``,
+``hooks/tracing.py``, ``hooks/audit.py``), not edits in handlers; users add their own
+with ``AGENTFLEET_HOOKS``. Hooks get typed records, never a database connection: the
+audit row is the store's to write, in the transition's own transaction.
 
 What a hook may break is decided here, once. Watching must not stop work: an
 exception from a ``before_*`` or ``after_*`` method is logged and the step goes on.
-``on_transition`` runs inside the transaction that moves the run, so what it writes
-commits or rolls back with the move; an exception there fails the step's attempt
-(it is retried like any database error), because an audit trail with gaps is worse
-than a step tried again.
+``on_transition`` runs inside the transaction that moves the run; an exception there
+fails the step's attempt (it is retried like any database error), so a hook that must
+see every committed move (``after_transition``) never misses one it vetoed.
 """
 
 from __future__ import annotations
@@ -25,8 +25,6 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from sqlalchemy import Connection
-
     from agentfleet.loop.transcript import ModelTurn, ToolResult
 
 log = logging.getLogger(__name__)
@@ -73,7 +71,9 @@ class ModelCallInfo:
 
 @dataclass(frozen=True)
 class Transition:
-    """A run moved from one state to another (the compare-and-set on its row succeeded)."""
+    """A run moved from one state to another (the compare-and-set on its row succeeded): what moved it (the
+    event and the worker handling it; none when the sweeper or the CLI did), why (the error code a run ended
+    with), how long the step had taken, and what the run had cost by then. The audit trail is these records."""
 
     run_id: str
     agent: str
@@ -85,6 +85,20 @@ class Transition:
     input_tokens: int
     output_tokens: int
     cost_usd: float
+    worker: str = ""
+    event_id: str | None = None
+    event_type: str | None = None
+    step_duration_ms: float | None = None
+
+    def record(self) -> dict[str, Any]:
+        """The transition as one audit record (a row of the ``audit`` table, a line of the audit log)."""
+        return dict(
+            at=self.at, run_id=self.run_id, agent=self.agent, from_state=str(self.from_state),
+            to_state=str(self.to_state), iteration=self.iteration, event_id=self.event_id,
+            event_type=self.event_type, reason=self.error_code, step_duration_ms=self.step_duration_ms,
+            input_tokens=self.input_tokens, output_tokens=self.output_tokens, cost_usd=self.cost_usd,
+            worker=self.worker[:255],
+        )
 
 
 class Hook:
@@ -109,8 +123,9 @@ class Hook:
                     duration_s: float) -> None:
         """It answered ``turn``, or raised ``error``."""
 
-    def on_transition(self, conn: Connection, change: Transition) -> None:
-        """A run changed state; runs in that change's transaction (see the module's note)."""
+    def on_transition(self, change: Transition) -> None:
+        """A run is changing state, inside that change's transaction: raising fails the step's attempt (see the
+        module's note). A hook gets the change as data; what the store records with it, the store writes."""
 
     def after_transition(self, change: Transition) -> None:
         """That change has committed (counting here never counts a move that was rolled back)."""
@@ -184,9 +199,9 @@ class Hooks:
             raise
         self._each(self._reversed, "after_model", call, got[0] if got else None, None, time.perf_counter() - started)
 
-    def on_transition(self, conn: Connection, change: Transition) -> None:
+    def on_transition(self, change: Transition) -> None:
         for hook in self.hooks:  # not guarded: see the module's note
-            hook.on_transition(conn, change)
+            hook.on_transition(change)
 
     def after_transition(self, change: Transition) -> None:
         self._each(self._reversed, "after_transition", change)

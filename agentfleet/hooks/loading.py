@@ -1,4 +1,4 @@
-"""The hook list a process runs with, from settings: the audit trail, metrics, then the user's own hooks."""
+"""The hook list a process runs with, from settings: the audit log, metrics, tracing, then the user's own hooks."""
 
 from __future__ import annotations
 
@@ -37,10 +37,10 @@ def user_hooks(spec: str) -> list[Hook]:
 
 def build_hooks(settings: Settings) -> Hooks:
     hooks: list[Hook] = []
-    if settings.audit or settings.audit_log:
+    if settings.audit_log:
         from agentfleet.hooks.audit import AuditHook
 
-        hooks.append(AuditHook(table=settings.audit, log_path=settings.audit_log))
+        hooks.append(AuditHook(log_path=settings.audit_log))
     if settings.metrics_port is not None:
         from agentfleet.hooks.metrics import PrometheusHook
 

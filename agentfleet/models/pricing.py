@@ -7,7 +7,7 @@ and the run says so rather than report $0. Pure: data in, data out.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -61,3 +61,17 @@ def usage_of(model: str, input_tokens: int, output_tokens: int, cached_input_tok
     cost = ((input_tokens - cached) * price.input + cached * cached_rate + output_tokens * price.output) / 1e6
     return Usage(input_tokens=input_tokens, output_tokens=output_tokens, cached_input_tokens=cached,
                  cost_usd=round(cost, 8))
+
+
+_overrides: Callable[[], Mapping[str, ModelPrice]] = dict
+
+
+def use_price_overrides(source: Callable[[], Mapping[str, ModelPrice]]) -> None:
+    """Where adapters read the price table over the built-in one, when they price a call: the settings install
+    theirs when they are imported (models sit below the settings, so the settings reach down, not the reverse)."""
+    global _overrides
+    _overrides = source
+
+
+def price_overrides() -> Mapping[str, ModelPrice]:
+    return _overrides()

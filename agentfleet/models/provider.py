@@ -16,7 +16,7 @@ from typing import Any, Generic, TypeVar
 
 from agentfleet.errors import ConfigurationError, ModelAuthError, ModelError, ModelUnavailable
 from agentfleet.loop.transcript import ModelTurn, Usage
-from agentfleet.models.pricing import usage_of
+from agentfleet.models.pricing import price_overrides, usage_of
 
 C = TypeVar("C")
 
@@ -114,9 +114,7 @@ def read_arguments(raw: object) -> tuple[dict[str, Any], str | None]:
 
 
 def priced(model: str, input_tokens: int, output_tokens: int, cached_input_tokens: int) -> Usage:
-    from agentfleet.config.settings import get_settings
-
-    return usage_of(model, input_tokens, output_tokens, cached_input_tokens, get_settings().model_prices)
+    return usage_of(model, input_tokens, output_tokens, cached_input_tokens, price_overrides())
 
 
 class ClientPerProcess(Generic[C]):

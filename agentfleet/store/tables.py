@@ -250,7 +250,7 @@ domain_events = Table(
 )
 
 # Secrets the fleet's processes share and nothing else reads: the key that seals what the fleet writes to Redis
-# (agentfleet.harness.fleet_redis), made once by whichever process needs it first.
+# (agentfleet.fleet.fleet_redis), made once by whichever process needs it first.
 fleet_secrets = Table(
     "fleet_secrets",
     metadata,

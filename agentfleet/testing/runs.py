@@ -16,8 +16,8 @@ from agentfleet.errors import ConfigurationError
 from agentfleet.events.contracts import Result
 from agentfleet.models.base import Model
 from agentfleet.models.spec import model_from_spec
+from agentfleet.ops.progress import wait_for_end
 from agentfleet.workers.embedded import EmbeddedFleet
-from agentfleet.workers.progress import wait_for_end
 
 
 def run_goal(agent: str, input: dict[str, Any], *, agents: str, model: Model | str | None = None,

@@ -15,9 +15,8 @@ from agentfleet import logs
 from agentfleet.config.settings import Settings, get_settings
 from agentfleet.events.topology import Topology
 from agentfleet.events.wire import install_bounded_decompression
-from agentfleet.harness.redaction import install_for
-from agentfleet.tasks.catalog import register_tasks
-from agentfleet.tasks.runtime import SETTINGS_KEY
+from agentfleet.redaction import install_for
+from agentfleet.roles.runtime import SETTINGS_KEY
 from agentfleet.workers.bootsteps import (
     ApprovalTimer,
     DeclareTopology,
@@ -27,6 +26,7 @@ from agentfleet.workers.bootsteps import (
     Preflight,
     SweepTimer,
 )
+from agentfleet.workers.event_task import register_tasks
 from agentfleet.workers.roles import pool_implementation
 
 log = logging.getLogger(__name__)

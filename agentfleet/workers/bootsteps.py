@@ -11,11 +11,12 @@ from celery.worker import state as celery_state
 from kombu import Consumer
 
 from agentfleet import constants as C
-from agentfleet.harness.health_cache import CheckPlan, plan_checks
+from agentfleet.events.publisher import queue_depths
+from agentfleet.fleet.health_cache import CheckPlan, plan_checks
 from agentfleet.hooks.metrics import PrometheusHook
-from agentfleet.tasks import approvals
-from agentfleet.tasks.runtime import PREFLIGHT_DONE_KEY, Runtime, runtime_for, settings_of
-from agentfleet.tasks.sweeper import queue_depths, sweep
+from agentfleet.roles import approvals
+from agentfleet.roles.runtime import PREFLIGHT_DONE_KEY, Runtime, runtime_for, settings_of
+from agentfleet.roles.sweeper import sweep
 from agentfleet.workers.inbox import Inbox
 from agentfleet.workers.preflight import preflight
 

@@ -21,10 +21,10 @@ from agentfleet.config.settings import Settings
 from agentfleet.errors import AgentfleetError
 from agentfleet.events.contracts import Goal
 from agentfleet.models.base import Model
+from agentfleet.roles.admission import admit, check_conflict, goal_event
+from agentfleet.roles.runtime import PREFLIGHT_DONE_KEY, Runtime, runtime_for, share_runtime
 from agentfleet.store import db
 from agentfleet.store.repository import Store
-from agentfleet.tasks.admission import admit, check_conflict, goal_event
-from agentfleet.tasks.runtime import PREFLIGHT_DONE_KEY, Runtime, runtime_for, share_runtime
 from agentfleet.workers.app import create_app
 from agentfleet.workers.pool import ResizableThreadPool
 from agentfleet.workers.roles import ROLES

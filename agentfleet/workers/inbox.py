@@ -19,9 +19,9 @@ from agentfleet.errors import AgentfleetError, ApprovalRefused, ErrorCode, GoalR
 from agentfleet.events.contracts import ApprovalAnswer, ApprovalResolve, Result, parse_plain, plain_object
 from agentfleet.events.domain import conflict, external_event, external_event_id, problems
 from agentfleet.events.wire import loads_strict
-from agentfleet.tasks.admission import admit, goal_event
-from agentfleet.tasks.approvals import resolve
-from agentfleet.tasks.runtime import Runtime
+from agentfleet.roles.admission import admit, goal_event
+from agentfleet.roles.approvals import resolve
+from agentfleet.roles.runtime import Runtime
 
 log = logging.getLogger(__name__)
 SHORTSTR = 255  # AMQP short strings (reply_to, correlation_id, routing keys) are at most 255 bytes

@@ -18,11 +18,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from agentfleet.config.agents import fleet_agents
+from agentfleet.agents.registry import fleet_agents
 from agentfleet.config.settings import Settings
 from agentfleet.errors import ConfigurationError, ServiceUnreachable
-from agentfleet.harness.redaction import redact
 from agentfleet.hooks.loading import hook_targets
+from agentfleet.redaction import redact
 from agentfleet.store import db
 
 log = logging.getLogger(__name__)

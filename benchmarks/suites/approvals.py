@@ -13,8 +13,8 @@ import time
 
 from agentfleet.events.contracts import ApprovalResolve
 from agentfleet.loop.states import RunState
-from agentfleet.tasks.approvals import resolve
-from agentfleet.tasks.runtime import runtime_for
+from agentfleet.roles.approvals import resolve
+from agentfleet.roles.runtime import runtime_for
 from agentfleet.workers.app import create_app
 from benchmarks.common import ONE_EACH, Fleet, Report, Sizes, fleet, wait_until
 from benchmarks.suites.in_flight import add_parked_figures, database_bytes, queue_depth, worker_rss

@@ -30,10 +30,10 @@ def gate_cost_ms(n: int) -> tuple[list[float], list[float]]:
     (health and breaker read, cache miss and store), beside the same call run bare.
     """
     from agentfleet.config.settings import Settings
-    from agentfleet.harness.dispatch import ToolDispatch
-    from agentfleet.harness.fleet_redis import FleetRedis, connect
+    from agentfleet.fleet.dispatch import ToolDispatch
+    from agentfleet.fleet.fleet_redis import FleetRedis, connect
     from agentfleet.harness.runner import run_tool
-    from agentfleet.harness.tool import ToolContext
+    from agentfleet.tools.tool import ToolContext
     from benchmarks.agents import bench_loop
 
     namespace = f"afbench-gate-{uuid.uuid4().hex[:8]}"

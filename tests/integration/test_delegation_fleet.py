@@ -7,8 +7,8 @@ import time
 from agentfleet.config.settings import get_settings
 from agentfleet.events.envelope import Envelope
 from agentfleet.loop.states import RunState
+from agentfleet.ops.client import FleetClient
 from agentfleet.store import Store
-from agentfleet.workers.client import FleetClient
 from tests.conftest import WorkerProcs
 from tests.helpers import AmqpClient, eventually
 from tests.integration.test_health_gate import start_fleet, submit

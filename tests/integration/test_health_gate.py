@@ -227,7 +227,7 @@ def test_the_cli_shows_the_fleets_view_of_its_tools_and_health_exits_by_it(
     import subprocess
     import sys
 
-    from agentfleet.harness.gate import HealthEntry
+    from agentfleet.fleet.gate import HealthEntry
     from tests.conftest import ROOT
 
     def cli(*args: str, **env: str) -> subprocess.CompletedProcess[str]:

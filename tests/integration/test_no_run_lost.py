@@ -49,8 +49,8 @@ def test_a_goal_that_no_planner_can_take_ends_with_a_result_and_a_reasoned_dead_
     wrong): it is retried for the window in case another planner does, then answered, never left silent."""
     from agentfleet.config.settings import get_settings
     from agentfleet.events.contracts import Goal
-    from agentfleet.tasks.admission import goal_event
-    from agentfleet.workers.client import FleetClient
+    from agentfleet.ops.client import FleetClient
+    from agentfleet.roles.admission import goal_event
 
     workers.env.update(AGENTFLEET_AGENTS="agentfleet.examples.repo_report", AGENTFLEET_STEP_RETRY_WINDOW_S="1")
     for role in C.ROLES:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from agentfleet import constants as C
-from agentfleet.harness.sandbox import support
+from agentfleet.sandbox.bwrap import support
 from agentfleet.store import Store
 from tests.conftest import WorkerProcs
 from tests.fixtures.agents import ESCAPED, LINGER_MARKER, NAP_MARKER
@@ -39,7 +39,7 @@ def test_every_escape_attempt_is_stopped_and_the_fleet_runs_on(workers: WorkerPr
         assert "AGENTFLEET_DATABASE_URL" not in told["to_env"]["output"]  # the environment is cleared
         assert told["hog"]["error_code"] == "INTERNAL" and "MemoryError" in told["hog"]["message"]
         assert told["spin"]["error_code"] == "RESOURCE_LIMIT"
-        from agentfleet.harness.call_bounds import host_bounds
+        from agentfleet.sandbox.call_bounds import host_bounds
 
         # With a cgroup per call the bomb is caught by its own pids.max; without, it runs into RLIMIT_NPROC.
         assert told["bomb"]["error_code"] in (("RESOURCE_LIMIT",) if host_bounds().cgroups else ("TIMEOUT",
@@ -58,7 +58,7 @@ def test_every_escape_attempt_is_stopped_and_the_fleet_runs_on(workers: WorkerPr
 def test_a_cancelled_run_on_the_fleet_leaves_no_tool_process(workers: WorkerProcs, namespace: str,
                                                              store: Store) -> None:
     from agentfleet.config.settings import get_settings
-    from agentfleet.workers.client import FleetClient
+    from agentfleet.ops.client import FleetClient
 
     start_fleet(workers)
     client = AmqpClient()

@@ -12,8 +12,8 @@ import httpx
 from agentfleet import constants as C
 from agentfleet.config.settings import Settings
 from agentfleet.events.topology import Topology
+from agentfleet.ops.control import live_workers
 from agentfleet.workers.app import create_app
-from agentfleet.workers.control import live_workers
 from tests.conftest import BROKER_URL, ROOT, WorkerProcs
 from tests.helpers import AmqpClient, eventually, flower
 

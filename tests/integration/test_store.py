@@ -137,7 +137,7 @@ def test_quiet_runs_are_read_a_page_at_a_time_in_age_order(store: Store) -> None
     import uuid
     from datetime import timedelta
 
-    from agentfleet.store.repository import now
+    from agentfleet.store.records import now
 
     prefix = f"quiet-{uuid.uuid4().hex[:6]}"
     for i in range(5):

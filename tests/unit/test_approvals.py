@@ -15,13 +15,13 @@ from agentfleet.config.settings import Settings
 from agentfleet.errors import ApprovalRefused, ConfigurationError, ErrorCode
 from agentfleet.events.contracts import ApprovalResolve
 from agentfleet.events.envelope import Envelope, EventType, RunCancelRequested
-from agentfleet.harness.policy import ApprovalRule, evaluate, rules_from_json
-from agentfleet.harness.redaction import redact
 from agentfleet.loop.decisions import waits_on_people
 from agentfleet.loop.states import RunState
-from agentfleet.tasks.approvals import resolve
+from agentfleet.ops.progress import describe_run
+from agentfleet.redaction import redact
+from agentfleet.roles.approvals import resolve
+from agentfleet.tools.policy import ApprovalRule, evaluate, rules_from_json
 from agentfleet.workers.embedded import EmbeddedFleet
-from agentfleet.workers.progress import describe_run
 from tests.helpers import embedded_fleet, eventually, wait_for_run
 
 # -- the policy ------------------------------------------------------------------------------------
@@ -309,8 +309,8 @@ def test_a_run_left_waiting_past_its_deadline_is_ended_by_the_sweeper(fleet: Emb
     from datetime import timedelta
 
     from agentfleet.loop.recovery import Action, waiting_within_deadline
-    from agentfleet.store.repository import now
-    from agentfleet.tasks.sweeper import sweep
+    from agentfleet.roles.sweeper import sweep
+    from agentfleet.store.records import now
 
     assert waiting_within_deadline(RunState.WAITING_APPROVAL, 100, 600, 120)
     assert not waiting_within_deadline(RunState.WAITING_APPROVAL, 721, 600, 120)

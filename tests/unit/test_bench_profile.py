@@ -6,7 +6,7 @@ from __future__ import annotations
 def test_py_spy_stacks_are_split_by_package_and_by_our_innermost_call_site() -> None:
     from benchmarks.suites.profile import summarise
 
-    raw = ("<module> (agentfleet/cli.py:1);run_event (agentfleet/tasks/base.py:9);"
+    raw = ("<module> (agentfleet/cli.py:1);run_event (agentfleet/roles/step.py:9);"
            "get_run (agentfleet/store/repository.py:170);execute (sqlalchemy/engine/base.py:1) 3\n"
            "<module> (agentfleet/cli.py:1);poll (kombu/asynchronous/hub.py:2) 1\n")
     total, by_package, by_site, by_leaf = summarise(raw)

@@ -9,7 +9,8 @@ import pytest
 
 from agentfleet.events.envelope import Envelope, EventType, RunCancelRequested
 from agentfleet.loop.states import RunState
-from agentfleet.store.repository import RunRecord, Store
+from agentfleet.store.records import RunRecord
+from agentfleet.store.repository import Store
 from agentfleet.workers.embedded import EmbeddedFleet
 from tests.helpers import embedded_fleet, eventually, wait_for_run
 
@@ -106,8 +107,8 @@ def test_a_child_never_outlives_its_roots_deadline(fleet: EmbeddedFleet) -> None
     ends the root at its deadline, and the child is cancelled with it, its tool stopped."""
     from datetime import timedelta
 
-    from agentfleet.store.repository import now
-    from agentfleet.tasks.sweeper import sweep
+    from agentfleet.roles.sweeper import sweep
+    from agentfleet.store.records import now
 
     root_id = fleet.submit({"agent": "patient", "input": {}, "limits": {"deadline_s": 3}})
     child = eventually(lambda: next((c for c in fleet.store.children(root_id) if c.state == RunState.EXECUTING),

@@ -11,8 +11,8 @@ import pytest
 from agentfleet.constants import REPAIR_MESSAGE_NAME
 from agentfleet.errors import ErrorCode, GoalRejected
 from agentfleet.loop.states import RunState
+from agentfleet.ops.progress import step_line
 from agentfleet.workers.embedded import EmbeddedFleet
-from agentfleet.workers.progress import step_line
 from tests.helpers import embedded_fleet, wait_for_run
 
 
@@ -216,11 +216,11 @@ def test_the_health_gate_example_falls_back_when_its_check_fails_and_says_so(tmp
 
 def test_a_model_adapter_that_raises_is_logged_with_its_traceback_and_the_run_fails_with_model_error(
         fleet: EmbeddedFleet, caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level("ERROR", logger="agentfleet.tasks.planner"):
+    with caplog.at_level("ERROR", logger="agentfleet.roles.planner"):
         run_id, result = run(fleet, "model_breaks", {})
     assert result["status"] == "failed" and result["error_code"] == ErrorCode.MODEL_ERROR, result
     assert "Traceback" not in result["message"]
-    [record] = [r for r in caplog.records if r.name == "agentfleet.tasks.planner" and r.levelname == "ERROR"]
+    [record] = [r for r in caplog.records if r.name == "agentfleet.roles.planner" and r.levelname == "ERROR"]
     assert record.exc_info is not None and run_id in str(record.exc_info[1])
     assert "in _adapter_bug" in caplog.text  # the adapter's own frame
     assert record.model == "scripted"  # type: ignore[attr-defined]

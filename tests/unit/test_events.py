@@ -4,13 +4,13 @@ import pytest
 
 import agentfleet.examples.repo_report  # noqa: F401  (registers repo_report)
 from agentfleet import constants as C
-from agentfleet.config.agents import registry
+from agentfleet.agents.registry import registry
 from agentfleet.errors import ErrorCode, GoalRejected, MalformedEvent
 from agentfleet.events import CONSUMERS, Envelope, EventType, Goal, Result, Topology, decode, parse_goal
 from agentfleet.events.envelope import PAYLOADS, GoalSubmitted
 from agentfleet.loop.keys import run_id_for
-from agentfleet.tasks.admission import admit, goal_event
-from agentfleet.tasks.catalog import HANDLERS
+from agentfleet.roles.admission import admit, goal_event
+from agentfleet.roles.catalog import HANDLERS
 
 
 class TestEnvelope:

@@ -16,9 +16,9 @@ import pytest
 
 from agentfleet import ErrorCode, ToolContext, tool
 from agentfleet.config.settings import Settings
-from agentfleet.harness.dispatch import ToolDispatch
-from agentfleet.harness.fleet_redis import FleetRedis
-from agentfleet.harness.gate import Availability, BreakerEntry, HealthEntry
+from agentfleet.fleet.dispatch import ToolDispatch
+from agentfleet.fleet.fleet_redis import FleetRedis
+from agentfleet.fleet.gate import Availability, BreakerEntry, HealthEntry
 
 SECRET = b"test fleet key"
 

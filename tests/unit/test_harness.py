@@ -190,7 +190,7 @@ class TestWorkspaceSwap:
         thread.join()
 
     def test_reading_by_descriptor_never_reaches_outside(self, swapping: Path) -> None:
-        from agentfleet.harness.workspace import Workspace
+        from agentfleet.tools.workspace import Workspace
 
         ws, seen = Workspace(swapping), set()
         for _ in range(3000):
@@ -226,7 +226,7 @@ class TestWorkspaceSwap:
                 assert "OUTSIDE" not in json.dumps(result.model_dump(mode="json"))
 
     def test_a_link_is_refused_and_dot_dot_is_outside(self, tmp_path: Path) -> None:
-        from agentfleet.harness.workspace import Workspace
+        from agentfleet.tools.workspace import Workspace
 
         (tmp_path / "real.txt").write_text("x")
         (tmp_path / "alias.txt").symlink_to(tmp_path / "real.txt")

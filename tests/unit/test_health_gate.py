@@ -14,12 +14,13 @@ import redis
 from agentfleet import Agent, ErrorCode, ScriptedModel, ToolContext, health_check, tool
 from agentfleet.config.settings import Settings
 from agentfleet.errors import ConfigurationError
-from agentfleet.harness.dispatch import ToolDispatch
-from agentfleet.harness.fleet_redis import FleetRedis, no_retry
-from agentfleet.harness.gate import Availability, BreakerEntry, HealthEntry, Transition, offer
-from agentfleet.harness.health import HealthCheck, run_check
-from agentfleet.harness.health_cache import HealthCache, plan_checks
+from agentfleet.fleet.dispatch import ToolDispatch
+from agentfleet.fleet.fleet_redis import FleetRedis, no_retry
+from agentfleet.fleet.gate import Availability, BreakerEntry, HealthEntry, Transition, offer
+from agentfleet.fleet.health_cache import HealthCache, plan_checks
+from agentfleet.harness.checks import run_check
 from agentfleet.loop.transcript import ToolResult
+from agentfleet.tools.health import HealthCheck
 
 SECRET = b"test fleet key"
 DOWN = Availability(False, "its health check failed: refused")
@@ -306,7 +307,7 @@ def test_a_locked_resource_is_never_written_twice_at_once(server: fakeredis.Fake
 def test_a_step_retried_after_its_worker_died_takes_over_its_own_lock(server: fakeredis.FakeServer) -> None:
     """The dead attempt's lock would keep every call out for its expiry; the same step (same key) may go on."""
     from agentfleet.errors import ToolError
-    from agentfleet.harness.locks import resource_lock
+    from agentfleet.fleet.locks import resource_lock
 
     fleet = fleet_redis(server)
     with resource_lock(fleet, "ticket:D", owner="step-1", wait_s=0.1, hold_s=30) as held:
@@ -379,7 +380,7 @@ def test_a_second_agent_with_the_same_name_is_refused() -> None:
     first = Agent("twin-agent", instructions="", model=ScriptedModel([]), goal_schema={}, result_schema={})
     with pytest.raises(ConfigurationError, match="declared twice"):
         Agent("twin-agent", instructions="", model=ScriptedModel([]), goal_schema={}, result_schema={})
-    from agentfleet.config.agents import registry
+    from agentfleet.agents.registry import registry
 
     assert registry.get("twin-agent") is first
 
@@ -421,7 +422,7 @@ def test_a_redis_that_answers_with_errors_counts_as_away(tmp_path: Path) -> None
 
 
 def test_a_stale_read_never_revives_a_breaker_another_trial_has_closed(server: fakeredis.FakeServer) -> None:
-    from agentfleet.harness.breaker import Breaker
+    from agentfleet.fleet.breaker import Breaker
 
     changes: list[Transition] = []
     breaker = Breaker(fleet_redis(server), settings(), by="e1", report=changes.append)
@@ -455,7 +456,7 @@ def test_the_planner_reuses_good_news_briefly_and_reads_bad_news_every_time(serv
 
 
 def test_a_trial_whose_caller_died_is_taken_over_once_its_claim_expires(server: fakeredis.FakeServer) -> None:
-    from agentfleet.harness.breaker import Breaker
+    from agentfleet.fleet.breaker import Breaker
 
     breaker = Breaker(fleet_redis(server), settings(), "e1", lambda t: None)
     opened = BreakerEntry("open", time.time() - 100, 5)
@@ -498,8 +499,8 @@ def test_a_down_entry_is_refreshed_before_it_expires_so_it_never_reads_as_unknow
 def test_a_re_run_plan_step_offers_what_its_first_attempt_offered() -> None:
     """The offer is the plan step's recorded input: a planner that died mid-call and is re-run shows the model
     the tools its first attempt saw, not what health says now."""
-    from agentfleet.harness.gate import Offer
-    from agentfleet.tasks.planner import _checkpointed_offer
+    from agentfleet.fleet.gate import Offer
+    from agentfleet.roles.planner import _checkpointed_offer
 
     now = Offer(["primary", "other"])
     recorded = {"tools": ["backup", "other"], "notice": "Tools unavailable now: primary (down)."}

@@ -150,7 +150,7 @@ def test_trace_tells_what_happened_to_a_run_and_runs_lists_it(fleet: EmbeddedFle
     from typer.testing import CliRunner
 
     from agentfleet.cli import app
-    from agentfleet.workers.trace import trace_lines, trace_of
+    from agentfleet.ops.trace import trace_lines, trace_of
 
     run_id = ledger_run(fleet)
     found = trace_of(fleet.store, run_id, fleet.runtime.agents)

@@ -69,4 +69,4 @@ def test_the_tool_decorator_builds_no_runner_and_the_harness_has_no_import_circl
     harness = {k: {m for m in v if m.startswith("agentfleet.harness")} for k, v in module_graph().items()
                if k.startswith("agentfleet.harness")}
     assert cycles(harness) == []
-    assert "agentfleet.harness.subprocess_tool" not in module_graph()["agentfleet.harness.tool"]
+    assert "agentfleet.tools.manifest" not in module_graph()["agentfleet.tools.tool"]

@@ -11,12 +11,12 @@ import pytest
 from kombu.compression import decompress
 
 import agentfleet.examples.repo_report  # noqa: F401  (registers repo_report)
-from agentfleet.config.agents import registry
+from agentfleet.agents.registry import registry
 from agentfleet.errors import ErrorCode, GoalRejected
 from agentfleet.events.wire import MessageTooLarge, WireError, install_bounded_decompression, loads_strict
 from agentfleet.loop.decisions import schema_errors
-from agentfleet.tasks.admission import admit, check_conflict
-from agentfleet.tasks.retry import max_retries, retry_delay
+from agentfleet.roles.admission import admit, check_conflict
+from agentfleet.roles.retry import max_retries, retry_delay
 
 GOOD = {"agent": "repo_report", "input": {"path": "."}}
 
@@ -111,7 +111,7 @@ class TestAdmission:
         from datetime import UTC, datetime
 
         from agentfleet.loop.states import RunState
-        from agentfleet.store.repository import RunRecord
+        from agentfleet.store.records import RunRecord
 
         ts = datetime.now(UTC)
         run = RunRecord("r", "repo_report", "g", "t", RunState.PLANNING, 1, 0, {"path": "."}, {}, 0, 0, 0, 0.0,

@@ -102,14 +102,14 @@ def test_bad_credentials_fail_once_with_their_own_code(fleet: EmbeddedFleet, ser
 
 
 def test_the_override_leaves_the_declared_agent_alone(fleet: EmbeddedFleet) -> None:
-    from agentfleet.config.agents import registry
+    from agentfleet.agents.registry import registry
     from agentfleet.models import ScriptedModel
 
     assert isinstance(registry.get("wired").model, ScriptedModel)  # type: ignore[union-attr]
 
 
 def test_a_wrong_agent_name_in_the_models_setting_is_refused(tmp_path: Path) -> None:
-    from agentfleet.config.agents import load_agents
+    from agentfleet.agents.registry import load_agents
     from agentfleet.errors import ConfigurationError
 
     with pytest.raises(ConfigurationError, match="wird"):

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from agentfleet.agents.plugins import discover, load, load_plugins, plan
+from agentfleet.agents.registry import registry
 from agentfleet.cli import app
-from agentfleet.config.agents import registry
-from agentfleet.config.plugins import discover, load, load_plugins, plan
 from agentfleet.errors import ConfigurationError
 
 imported: list[str] = []  # plugin modules append their name here as they are imported, to show the order

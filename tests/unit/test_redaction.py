@@ -6,8 +6,8 @@ import json
 import logging
 
 from agentfleet.config.settings import Settings
-from agentfleet.harness.redaction import Redactor
 from agentfleet.logs import JsonFormatter
+from agentfleet.redaction import Redactor
 
 CANARY = "canary-0d6f-s3cr3t"
 
@@ -52,7 +52,7 @@ def test_the_redactor_of_a_process_knows_its_service_passwords_and_secret_enviro
 
 
 def test_a_log_line_masks_its_message_fields_and_traceback() -> None:
-    from agentfleet.harness import redaction
+    from agentfleet import redaction
 
     before = redaction.active()
     redaction.install(Redactor([CANARY]))

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from agentfleet.config.settings import Settings
-from agentfleet.harness.redaction import RedactingStream, Redactor
+from agentfleet.redaction import RedactingStream, Redactor
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -63,7 +63,7 @@ def test_a_stream_masks_what_is_written_to_it_even_split_across_writes() -> None
 def test_plain_text_logs_are_masked_too() -> None:
     """Was: AGENTFLEET_LOG_JSON=false turned masking off (3/3 canaries in a traceback)."""
     from agentfleet import logs
-    from agentfleet.harness.redaction import install
+    from agentfleet.redaction import install
 
     install(redactor("canary-secret-123"))
     try:

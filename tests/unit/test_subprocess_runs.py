@@ -9,8 +9,8 @@ from collections.abc import Iterator
 import pytest
 
 from agentfleet.events.envelope import Envelope, EventType, RunCancelRequested
-from agentfleet.harness.sandbox import support
 from agentfleet.loop.states import RunState
+from agentfleet.sandbox.bwrap import support
 from agentfleet.workers.embedded import EmbeddedFleet
 from tests.fixtures.agents import NAP_MARKER
 from tests.helpers import embedded_fleet, eventually, processes_with, wait_for_run
@@ -90,8 +90,8 @@ def test_a_call_that_reaches_the_executor_after_its_runs_deadline_is_not_started
 
     from agentfleet import ToolContext, tool
     from agentfleet.config.settings import Settings
-    from agentfleet.harness.dispatch import ToolDispatch
-    from agentfleet.harness.fleet_redis import FleetRedis
+    from agentfleet.fleet.dispatch import ToolDispatch
+    from agentfleet.fleet.fleet_redis import FleetRedis
 
     entered: list[int] = []
 

@@ -16,9 +16,10 @@ import pytest
 from agentfleet import ToolContext
 from agentfleet.errors import ConfigurationError, ErrorCode
 from agentfleet.harness import run_tool
-from agentfleet.harness.sandbox import ResourceLimits, Sandbox, support
-from agentfleet.harness.subprocess_tool import load_tool_manifest, subprocess_tool
-from agentfleet.harness.tool import Tool
+from agentfleet.sandbox.bwrap import support
+from agentfleet.sandbox.options import ResourceLimits, Sandbox
+from agentfleet.tools.manifest import load_tool_manifest, subprocess_tool
+from agentfleet.tools.tool import Tool
 from tests.helpers import call_ctx, processes_with, require_sandbox
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "agentfleet" / "examples" / "polyglot" / "tools"

@@ -7,7 +7,7 @@ from pathlib import Path
 from agentfleet.events.domain import trigger_goal_id
 from agentfleet.loop.keys import run_id_for
 from agentfleet.loop.states import RunState
-from agentfleet.workers.trace import trace_lines, trace_of
+from agentfleet.ops.trace import trace_lines, trace_of
 from tests.helpers import embedded_fleet, eventually, wait_for_run
 
 
@@ -71,7 +71,7 @@ def test_an_outside_event_published_from_the_cli_starts_the_resolver_once_per_ev
 
 def test_the_delegate_tool_tells_a_real_model_what_each_agent_takes() -> None:
     """A model sees only the tool's spec: without the child's goal schema it can only guess the input."""
-    from agentfleet.config.agents import load_agents
+    from agentfleet.agents.registry import load_agents
 
     agents = load_agents(["agentfleet.examples.support"])
     resolver = agents.get("resolver")

@@ -18,14 +18,14 @@ from typing import Annotated, Any
 from pydantic import Field
 from sqlalchemy import Column, DateTime, Engine, Integer, MetaData, String, Table, func, insert
 
-from agentfleet.config.agents import Agent
+from agentfleet.agents.registry import Agent
 from agentfleet.config.settings import get_settings
-from agentfleet.harness.tool import ToolContext, tool
 from agentfleet.loop.budgets import Limits
 from agentfleet.loop.transcript import ModelTurn, ToolCall
 from agentfleet.models.base import ModelRequest
 from agentfleet.models.scripted import ScriptedModel
 from agentfleet.store.db import make_engine
+from agentfleet.tools.tool import ToolContext, tool
 
 metadata = MetaData()
 ledger = Table(

@@ -16,13 +16,13 @@ import json
 from pathlib import Path
 from typing import Any
 
-from agentfleet.config.agents import Agent
+from agentfleet.agents.registry import Agent
 from agentfleet.constants import READ_ARTIFACT_TOOL
-from agentfleet.harness.subprocess_tool import load_tool_folder
 from agentfleet.loop.budgets import Limits
 from agentfleet.loop.transcript import ModelTurn, ToolCall
 from agentfleet.models.base import ModelRequest
 from agentfleet.models.scripted import ScriptedModel
+from agentfleet.tools.manifest import load_tool_folder
 
 TOOLS = load_tool_folder(Path(__file__).parent / "tools")
 LANGUAGES = ("python", "node", "bash")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agentfleet.config.agents import Agent
+from agentfleet.agents.registry import Agent
 from agentfleet.examples.repo_report.tools import count_lines, list_files, read_file
 from agentfleet.loop.budgets import Limits
 from agentfleet.models.replay import ReplayModel

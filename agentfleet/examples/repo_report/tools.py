@@ -10,8 +10,8 @@ from typing import Annotated
 from pydantic import Field
 
 from agentfleet.errors import ErrorCode, ToolError
-from agentfleet.harness.tool import ToolContext, tool
-from agentfleet.harness.workspace import Entry
+from agentfleet.tools.tool import ToolContext, tool
+from agentfleet.tools.workspace import Entry
 
 SKIP_DIRS = {".git", ".venv", "venv", "node_modules", "__pycache__", ".mypy_cache", ".ruff_cache",
              ".pytest_cache", "build", "dist", ".agentfleet"}

@@ -1,0 +1,141 @@
+"""Following a run from its checkpoint: live progress lines, and a run's description."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+
+from agentfleet.constants import FINAL_ANSWER_TOOL, FOLLOW_POLL_INTERVAL_S
+from agentfleet.events.contracts import Result
+from agentfleet.loop.states import RunState, is_terminal
+from agentfleet.store.records import ApprovalRecord, RunRecord
+from agentfleet.store.repository import Store
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = json.dumps(value, default=str, separators=(",", ":"))
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def step_line(step: dict[str, Any]) -> str:
+    ms = step.get("duration_ms") or 0.0
+    if step["kind"] == "plan":
+        notice = (step.get("input") or {}).get("notice")
+        line = _plan_line(step, ms)
+        return f"{line}\n  gate: {notice}" if notice else line
+    result = step.get("output") or {}
+    call = f"{step['name']}({_short(step.get('input') or {})})"
+    if step["status"] == "delegated":  # answered when the child run ends (agentfleet status shows the tree)
+        return f"  → {call} handed to run {result.get('child_run_id')}"
+    if step["status"] == "succeeded":
+        source = "cache hit" if result.get("cache_hit") else f"{ms:.1f} ms"
+        return f"  ✓ {call} {source} [{step.get('worker') or '?'}]"
+    return f"  ✗ {call} {result.get('error_code')}: {result.get('message')}"
+
+
+def _plan_line(step: dict[str, Any], ms: float) -> str:
+    output = step.get("output") or {}
+    if step["status"] != "succeeded":
+        return f"iteration {step['iteration']}: model failed: {output.get('message', '')}"
+    names = output.get("calls", [])
+    if output.get("repair"):
+        return f"iteration {step['iteration']}: model → unusable answer, told back: {output['repair']} ({ms:.0f} ms)"
+    if FINAL_ANSWER_TOOL in names:
+        return f"iteration {step['iteration']}: model → final answer ({ms:.0f} ms)"
+    if not names:
+        return f"iteration {step['iteration']}: model → an answer without tool calls ({ms:.0f} ms)"
+    what = "1 tool call" if len(names) == 1 else f"{len(names)} tool calls in parallel"
+    return f"iteration {step['iteration']}: model → {what} ({ms:.0f} ms)"
+
+
+def wait_for_end(store: Store, run_id: str, *, timeout_s: float,
+                 on_poll: Callable[[RunRecord | None], None] | None = None) -> RunRecord | None:
+    """Poll the run's checkpoint until it ends (its record, Result stored) or ``timeout_s`` passes (None)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        run = store.get_run(run_id)
+        if on_poll is not None:
+            on_poll(run)
+        if run is not None and is_terminal(run.state) and run.result:
+            return run
+        if time.monotonic() > deadline:
+            return None
+        time.sleep(FOLLOW_POLL_INTERVAL_S)
+
+
+def approval_line(record: ApprovalRecord, embedded: bool) -> str:
+    flag = " --embedded" if embedded else ""
+    expires = f", expires {record.expires_at.isoformat(timespec='seconds')}" if record.expires_at else ""
+    return (f"  ⏸ {record.tool}({_short(record.shown)}) waits for a person: {record.reason} [{record.rule}{expires}]\n"
+            f"    agentfleet approve{flag} {record.run_id} {record.call_id}   or   agentfleet deny{flag} "
+            f"{record.run_id} {record.call_id} --reason ...")
+
+
+class Progress:
+    """Prints each finished step of a run (and each wait for a person) once, however often it is asked to."""
+
+    def __init__(self, store: Store, run_id: str, console: Console, *, embedded: bool = False) -> None:
+        self.store, self.run_id, self.console, self.embedded = store, run_id, console, embedded
+        self.shown: set[int | str] = set()
+
+    def show(self, run: RunRecord | None = None) -> None:
+        run = run or self.store.get_run(self.run_id)
+        if run is None:
+            return
+        for step in self.store.steps(self.run_id):
+            if step["id"] not in self.shown and step["status"] != "started":
+                self.shown.add(step["id"])
+                self.console.print(escape(step_line(step)))
+        if run.state == RunState.WAITING_APPROVAL:
+            for record in self.store.pending_approvals(run_id=self.run_id):
+                if record.approval_id not in self.shown:
+                    self.shown.add(record.approval_id)
+                    self.console.print(escape(approval_line(record, self.embedded)))
+
+
+def follow(store: Store, run_id: str, console: Console | None, *, timeout_s: float,
+           embedded: bool = False) -> Result | None:
+    """Wait for the run's Result, printing its progress to ``console``; None if the wait ran out first."""
+    progress = Progress(store, run_id, console, embedded=embedded) if console is not None else None
+    ended = wait_for_end(store, run_id, timeout_s=timeout_s, on_poll=progress.show if progress else None)
+    return None if ended is None else Result.model_validate(ended.result)
+
+
+def describe_run(store: Store, run_id: str) -> dict[str, Any] | None:
+    run = store.get_run(run_id)
+    if run is None:
+        return None
+    return {
+        "run_id": run.run_id,
+        "agent": run.agent,
+        "goal_id": run.goal_id,
+        "state": run.state.value,
+        "iteration": run.iteration,
+        "usage": run.usage_summary(),
+        "created_at": run.created_at.isoformat(),
+        "updated_at": run.updated_at.isoformat(),
+        "result": run.result,
+        "steps": store.steps(run_id),
+        "approvals": [a.summary() for a in store.approvals_of(run_id)],
+        "parent_run_id": run.parent_run_id,
+        "children": run_tree(store, run_id),
+    }
+
+
+def run_tree(store: Store, run_id: str, depth: int = 0) -> list[dict[str, Any]]:
+    """The runs a run's delegations started, and theirs (a tree), with what started each and what it spent."""
+    if depth > MAX_TREE_DEPTH:
+        return []
+    return [{"run_id": c.run_id, "agent": c.agent, "state": c.state.value, "usage": c.usage_summary(),
+             "error_code": c.error_code, "started_by": f"call {(c.parent or {}).get('call_id')} "
+                                                       f"(iteration {(c.parent or {}).get('iteration')})",
+             "children": run_tree(store, c.run_id, depth + 1)}
+            for c in store.children(run_id)]
+
+
+MAX_TREE_DEPTH = 32

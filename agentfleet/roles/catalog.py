@@ -1,0 +1,25 @@
+"""Which role's handler takes each consumed event type (``workers/event_task.py`` makes one Celery task of each)."""
+
+from __future__ import annotations
+
+from agentfleet.events.envelope import EventType
+from agentfleet.events.topology import CONSUMERS
+from agentfleet.roles import executor, observer, planner
+from agentfleet.roles.step import Handler
+
+HANDLERS: dict[EventType, Handler] = {
+    EventType.GOAL_SUBMITTED: planner.on_goal_submitted,
+    EventType.OBSERVATION_RECORDED: planner.on_observation_recorded,
+    EventType.TOOL_REQUESTED: executor.on_tool_requested,
+    EventType.TOOL_COMPLETED: observer.on_tool_finished,
+    EventType.TOOL_FAILED: observer.on_tool_finished,
+    EventType.RUN_CANCEL_REQUESTED: observer.on_cancel_requested,
+    EventType.RUN_COMPLETED: observer.on_run_ended,
+    EventType.RUN_FAILED: observer.on_run_ended,
+    EventType.TOOL_HEALTH_CHANGED: observer.on_tool_health_changed,
+    EventType.APPROVAL_REQUESTED: observer.on_approval_requested,
+    EventType.APPROVAL_RESOLVED: observer.on_approval_resolved,
+    EventType.DELEGATION_STARTED: observer.on_delegation_started,
+    EventType.DOMAIN_EVENT: observer.on_domain_event,
+}
+assert set(HANDLERS) == set(CONSUMERS), "every consumed event type has exactly one handler"

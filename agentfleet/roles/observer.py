@@ -1,0 +1,320 @@
+"""Observer: fans tool results in, and speaks to the outside world when a run ends.
+
+Results of one iteration arrive in any order on any observer; the run row's
+lock serialises them, so exactly one handling sees the set complete. When the only
+calls still out are parked for a person, the run waits (WAITING_APPROVAL); an answer
+sends the parked call back to the executors, and its result fans in like any other.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+
+from sqlalchemy import Connection
+
+from agentfleet import constants as C
+from agentfleet.errors import RECOVERY_SUGGESTIONS, ErrorCode, MalformedEvent
+from agentfleet.events.contracts import DomainNotice, Result, ResultStatus, RunNotice, ToolHealthNotice
+from agentfleet.events.domain import chain_bound, conflict, generation_of, started_by
+from agentfleet.events.envelope import (
+    ApprovalRequested,
+    ApprovalResolved,
+    DelegationStarted,
+    DomainEvent,
+    Envelope,
+    EventType,
+    GoalSubmitted,
+    Observation,
+    ObservationRecorded,
+    RunCancelRequested,
+    RunEnded,
+    ToolFinished,
+    ToolHealthChanged,
+    ToolRequested,
+)
+from agentfleet.loop.decisions import fan_in_complete, waits_on_people
+from agentfleet.loop.keys import derived_event_id, parent_of, run_id_for
+from agentfleet.loop.states import RunState, is_terminal
+from agentfleet.loop.transcript import ToolResult
+from agentfleet.roles import delegation
+from agentfleet.roles.approvals import notice
+from agentfleet.roles.step import Step, end_run, result_of
+from agentfleet.store.records import RunRecord
+
+log = logging.getLogger(__name__)
+
+
+def on_tool_finished(step: Step) -> list[Envelope]:
+    done = step.env.body()
+    assert isinstance(done, ToolFinished)
+    store = step.rt.store
+    with store.tx() as conn:
+        run = store.get_run(step.env.run_id, conn, lock=True)
+        if run is None or run.state not in _FANNING_IN or run.iteration != done.iteration:
+            log.info("late tool result ignored", extra={"call_id": done.call_id, "state": run and run.state})
+            return step.commit(conn, [])
+        store.record_observation(conn, run_id=run.run_id, iteration=done.iteration, call_id=done.call_id,
+                                 tool=done.tool, result=done.result.model_dump(mode="json"))
+        received = {o["call_id"]: o for o in store.observations(conn, run.run_id, done.iteration)}
+        if not fan_in_complete(done.sibling_call_ids, received):
+            _wait_if_parked(step, conn, run, done.sibling_call_ids, received)
+            _wait_for_children(step, conn, run, done.sibling_call_ids, received)
+            return step.commit(conn, [])
+        if not store.transition(conn, run, RunState.OBSERVING):
+            return step.commit(conn, [])
+        observations = [
+            Observation(call_id=cid, tool=received[cid]["tool"],
+                        result=ToolResult.model_validate(received[cid]["result"]))
+            for cid in done.sibling_call_ids
+        ]
+        event = step.event(
+            EventType.OBSERVATION_RECORDED,
+            ObservationRecorded(agent=run.agent, iteration=done.iteration, observations=observations),
+            key=(done.iteration, "observation"),
+        )
+        return step.commit(conn, [event])
+
+
+_FANNING_IN = (RunState.EXECUTING, RunState.WAITING_APPROVAL, RunState.WAITING_CHILDREN)
+
+
+def _wait_for_children(step: Step, conn: Connection, run: RunRecord, expected: list[str],
+                       received: Iterable[str]) -> None:
+    """EXECUTING → WAITING_CHILDREN once every call still out is answered by a child run, not a worker."""
+    if run.state != RunState.EXECUTING:
+        return
+    agent = step.rt.agent(run.agent)
+    if agent is not None and not agent.delegates:
+        return
+    outstanding = set(expected) - set(received)
+    if outstanding and outstanding <= step.rt.store.delegated_calls(conn, run.run_id, run.iteration):
+        step.rt.store.transition(conn, run, RunState.WAITING_CHILDREN)
+
+
+def on_delegation_started(step: Step) -> list[Envelope]:
+    """A call of this run went to a child run: the run waits once nothing else of its iteration runs."""
+    started = step.env.body()
+    assert isinstance(started, DelegationStarted)
+    store = step.rt.store
+    with store.tx() as conn:
+        run = store.get_run(step.env.run_id, conn, lock=True)
+        if run is not None and run.iteration == started.iteration:
+            received = [o["call_id"] for o in store.observations(conn, run.run_id, started.iteration)]
+            _wait_for_children(step, conn, run, started.sibling_call_ids, received)
+        return step.commit(conn, [])
+
+
+def _wait_if_parked(step: Step, conn: Connection, run: RunRecord, expected: list[str], received: Iterable[str]
+                    ) -> None:
+    """EXECUTING → WAITING_APPROVAL once every call still out is parked (other calls were never held back).
+    An agent none of whose calls can be parked costs no query (an agent this observer does not load might)."""
+    if run.state != RunState.EXECUTING:
+        return
+    agent = step.rt.agent(run.agent)
+    if agent is not None and not agent.asks_approval and not step.rt.settings.rules:
+        return
+    if waits_on_people(expected, received, step.rt.store.parked_calls(conn, run.run_id, run.iteration)):
+        step.rt.store.transition(conn, run, RunState.WAITING_APPROVAL)
+
+
+def on_approval_requested(step: Step) -> list[Envelope]:
+    """Announce the request on the public exchange; the run waits once nothing else of its iteration runs."""
+    asked = step.env.body()
+    assert isinstance(asked, ApprovalRequested)
+    store, publisher = step.rt.store, step.rt.publisher
+    record = store.approval(asked.approval_id)
+    if record is not None:
+        body = notice(record, as_requested=True)
+        publisher.publish_json(publisher.topology.public, body.type, body.model_dump(mode="json"),
+                               declare=[publisher.topology.public])
+    with store.tx() as conn:
+        run = store.get_run(step.env.run_id, conn, lock=True)
+        if run is not None and run.iteration == asked.iteration:
+            received = [o["call_id"] for o in store.observations(conn, run.run_id, asked.iteration)]
+            _wait_if_parked(step, conn, run, asked.sibling_call_ids, received)
+        return step.commit(conn, [])
+
+
+def on_approval_resolved(step: Step) -> list[Envelope]:
+    """Announce the answer and send the parked call on: the executor runs it (approved, maybe with edited
+    arguments) or answers the model APPROVAL_DENIED / APPROVAL_EXPIRED, and its result fans in as usual."""
+    answered = step.env.body()
+    assert isinstance(answered, ApprovalResolved)
+    store, publisher = step.rt.store, step.rt.publisher
+    record = store.approval(answered.approval_id)
+    if record is None or record.pending:
+        raise MalformedEvent(f"approval.resolved for {answered.approval_id}, which has no answer recorded")
+    body = notice(record)
+    publisher.publish_json(publisher.topology.public, body.type, body.model_dump(mode="json"),
+                           declare=[publisher.topology.public])
+    with store.tx() as conn:
+        store.mark_applied(conn, record.approval_id)
+        run = store.get_run(step.env.run_id, conn, lock=True)
+        if run is None or is_terminal(run.state) or run.iteration != record.iteration:
+            return step.commit(conn, [])  # the run ended (cancelled, past its deadline) while it waited
+        if run.state == RunState.WAITING_APPROVAL:
+            store.transition(conn, run, RunState.EXECUTING)
+        request = ToolRequested.model_validate({**record.request, "approval_id": record.approval_id})
+        event = step.event(EventType.TOOL_REQUESTED, request, key=(record.iteration, record.call_id, "answered"))
+        return step.commit(conn, [event])
+
+
+def on_cancel_requested(step: Step) -> list[Envelope]:
+    cancel = step.env.body()
+    assert isinstance(cancel, RunCancelRequested)
+    store = step.rt.store
+    with store.tx() as conn:
+        run = store.get_run(step.env.run_id, conn, lock=True)
+        if run is None or is_terminal(run.state):
+            return step.commit(conn, [])
+        result = result_of(run, status=ResultStatus.CANCELLED, error_code=ErrorCode.CANCELLED, message=cancel.reason,
+                           recovery_suggestion=RECOVERY_SUGGESTIONS[ErrorCode.CANCELLED])
+        return end_run(step, conn, run, result)
+
+
+def on_run_ended(step: Step) -> list[Envelope]:
+    """Deliver the Result: to every reply_to that asked for it, and to the public exchange."""
+    ended = step.env.body()
+    assert isinstance(ended, RunEnded)
+    store, publisher = step.rt.store, step.rt.publisher
+    result = Result.model_validate(ended.result)
+    pending = store.pending_replies(step.env.run_id)
+    for _id, reply_to, correlation_id in pending:
+        publisher.reply(reply_to, correlation_id or None, result)
+    if result.status != ResultStatus.SUCCEEDED:  # tools of a run that ended early may still run: stop them
+        step.rt.stops.mark(step.env.run_id, f"{result.status}: {result.error_code}")
+    if not ended.redelivery:  # with what an outside consumer needs to draw the tree (no query: ids say it)
+        parent_run_id, parent_call_id = parent_of(result.goal_id) or (None, None)
+        notice = RunNotice.model_validate({**ended.result, "type": str(step.env.type), "trace_id": step.env.trace_id,
+                                           "parent_run_id": parent_run_id, "parent_call_id": parent_call_id})
+        publisher.publish_public(notice.type, notice.model_dump(mode="json"), step.env.run_id)
+    with store.tx() as conn:
+        store.mark_replied(conn, [p[0] for p in pending])
+        events: list[Envelope] = []
+        agent = step.rt.agent(result.agent or "")
+        # Only a run of an agent that delegates can have children, and only a delegated run has a parent to
+        # answer (its goal id says so): any other run's end costs no query here.
+        may_have_children = agent is None or bool(agent.delegates)
+        delegated = parent_of(result.goal_id) is not None
+        stopped = stopped_early(result)
+        run = (store.get_run(step.env.run_id, conn)
+               if not ended.redelivery and (may_have_children or delegated or stopped) else None)
+        if run is not None:  # a delegated run answers its parent's call; a run that ended stops its children
+            why = f"{result.status} {result.error_code or ''}".strip()
+            events = [*delegation.answer_parent(step, run, result),
+                      *(delegation.cancel_children(step, conn, run, why) if may_have_children else []),
+                      *(cancel_triggered(step, conn, run, why) if stopped else [])]
+        return step.commit(conn, events)
+
+
+def on_tool_health_changed(step: Step) -> list[Envelope]:
+    """Keep the transition and mirror it on the public exchange for dashboards and pagers."""
+    change = step.env.body()
+    assert isinstance(change, ToolHealthChanged)
+    store, publisher = step.rt.store, step.rt.publisher
+    notice = ToolHealthNotice(tool=change.tool, kind=change.kind, status=change.status, detail=change.detail,
+                              time=change.at, by=change.by)
+    publisher.publish_json(publisher.topology.public, notice.type, notice.model_dump(mode="json"),
+                           declare=[publisher.topology.public])
+    with store.tx() as conn:
+        store.record_health_change(conn, event_id=step.env.event_id, tool=change.tool, kind=change.kind,
+                                   status=change.status, detail=change.detail, by=change.by, occurred_at=change.at)
+        return step.commit(conn, [])
+
+
+def on_domain_event(step: Step) -> list[Envelope]:
+    """Record a domain event once, mirror it on the public exchange, and start the runs its triggers name:
+    one per (event id, agent), however often the event arrives. A trigger whose input breaks its agent's
+    goal schema starts nothing: the goal is dead-lettered with INPUT_INVALID, never shown to a model."""
+    event = step.env.body()
+    assert isinstance(event, DomainEvent)
+    store, publisher = step.rt.store, step.rt.publisher
+    with store.tx() as conn:
+        first = store.record_domain_event(
+            conn, event_id=event.event_id, name=event.name, payload=event.payload, source=event.source,
+            run_id=step.env.run_id if event.source == "run" else None, step_key=event.step_key,
+            trace_id=step.env.trace_id)
+        goals = triggered_goals(step, event, conn) if first else []
+        if not first:
+            clash = conflict(event.event_id, event.payload, store.domain_event(event.event_id, conn))
+            if clash:  # never dropped silently: kept with the reason (the inbox answers most of these first)
+                publisher.dead_letter_event(step.env, reason=clash, error_code=ErrorCode.EVENT_CONFLICT)
+        events = step.commit(conn, goals)
+    if first:  # after the commit; a redelivery before it mirrors again (at least once, like every notice)
+        notice = DomainNotice(type=f"{C.DOMAIN_ROUTING_PREFIX}{event.name}", event_id=event.event_id,
+                              payload=event.payload, source=event.source,
+                              run_id=step.env.run_id if event.source == "run" else None, trace_id=step.env.trace_id)
+        publisher.publish_json(publisher.topology.public, notice.type, notice.model_dump(mode="json"),
+                               declare=[publisher.topology.public])
+    return events
+
+
+def triggered_goals(step: Step, event: DomainEvent, conn: Connection) -> list[Envelope]:
+    """The goals of the runs an event's triggers start, each carrying its place in the causal chain (the trace,
+    and its generation); none past the chain's bounds: those are dead-lettered TRIGGER_LOOP."""
+    triggers = step.rt.agents.triggered_by(event.name)
+    if not triggers:
+        return []
+    starts = started_by(triggers, event.event_id, event.payload)
+    settings, store = step.rt.settings, step.rt.store
+    generation = _generation_of_source(step, event, conn) + 1
+    bound = chain_bound(generation, store.count_runs_in_trace(step.env.trace_id, conn),
+                        sum(1 for s in starts if not s.problems), max_depth=settings.trigger_max_depth,
+                        max_runs=settings.trace_max_runs)
+    goals = []
+    for start in starts:
+        if bound is not None:
+            step.rt.publisher.dead_letter(
+                {"agent": start.agent, "goal_id": start.goal_id, "input": start.input},
+                reason=f"trigger {event.name} → {start.agent} started nothing: {bound}",
+                error_code=ErrorCode.TRIGGER_LOOP, source=f"trigger:{event.name}",
+                original_routing_key=f"{C.GOAL_ROUTING_PREFIX}{start.agent}")
+            continue
+        if start.problems:
+            step.rt.publisher.dead_letter(
+                {"agent": start.agent, "goal_id": start.goal_id, "input": start.input},
+                reason=f"trigger {event.name} → {start.agent}: input breaks its goal schema: "
+                       f"{'; '.join(start.problems)}",
+                error_code=ErrorCode.INPUT_INVALID, source=f"trigger:{event.name}",
+                original_routing_key=f"{C.GOAL_ROUTING_PREFIX}{start.agent}")
+            continue
+        cause = {"event": event.name, "event_id": event.event_id, "source": event.source,
+                 "run_id": step.env.run_id if event.source == "run" else None, "generation": generation}
+        payload = GoalSubmitted(agent=start.agent, goal_id=start.goal_id, input=start.input, cause=cause)
+        goals.append(Envelope.new(EventType.GOAL_SUBMITTED, run_id_for(start.agent, start.goal_id), payload,
+                                  trace_id=step.env.trace_id, causation_id=step.env.event_id,
+                                  event_id=derived_event_id(event.event_id, "trigger", start.agent)))
+    return goals
+
+
+def _generation_of_source(step: Step, event: DomainEvent, conn: Connection) -> int:
+    """The generation of the run that published the event (a delegated run counts as its root's), or 0 for an
+    event from outside."""
+    if event.source != "run":
+        return 0
+    store = step.rt.store
+    run = store.get_run(step.env.run_id, conn)
+    if run is None:
+        return 0
+    if run.cause is None and run.ancestors:
+        root = store.get_run(run.ancestors[0], conn)
+        return generation_of(root.cause if root else None)
+    return generation_of(run.cause)
+
+
+def stopped_early(result: Result) -> bool:
+    """A run cancelled or out of time was stopped, not finished: what it set going is stopped with it."""
+    return result.status == ResultStatus.CANCELLED or result.error_code == ErrorCode.DEADLINE
+
+
+def cancel_triggered(step: Step, conn: Connection, run: RunRecord, reason: str) -> list[Envelope]:
+    """Cancel requests for the live runs this run's events triggered (they share its trace; a trace holds at most
+    ``trace_max_runs``). Their own children and triggered runs follow as each ends."""
+    why = f"the run {run.run_id} whose event started it was stopped: {reason}"
+    return [Envelope.new(EventType.RUN_CANCEL_REQUESTED, other.run_id, RunCancelRequested(reason=why),
+                         trace_id=run.trace_id, causation_id=step.env.event_id,
+                         event_id=derived_event_id(other.run_id, "cause-stopped"))
+            for other in step.rt.store.runs_in_trace(run.trace_id, step.rt.settings.trace_max_runs, conn)
+            if (other.cause or {}).get("run_id") == run.run_id and not is_terminal(other.state)]
+

@@ -1,0 +1,420 @@
+"""Planner: creates runs from goals and, each iteration, asks the model what to do next.
+
+The model's turn is checkpointed as the plan step's outcome, so a redelivered
+event reuses it instead of calling the model again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import time
+
+from sqlalchemy import Connection
+
+from agentfleet.agents.registry import Agent
+from agentfleet.constants import REPAIR_MESSAGE_NAME
+from agentfleet.context.builder import CHARS_PER_TOKEN, build_messages, context_budget, estimate_tokens
+from agentfleet.errors import RECOVERY_SUGGESTIONS, AgentNotLoaded, ErrorCode, GoalRejected, ModelError
+from agentfleet.events.contracts import Result, ResultStatus
+from agentfleet.events.envelope import (
+    Envelope,
+    EventType,
+    GoalSubmitted,
+    Observation,
+    ObservationRecorded,
+    ToolRequested,
+)
+from agentfleet.fleet.gate import Offer
+from agentfleet.hooks.base import Hooks, ModelCallInfo
+from agentfleet.loop.budgets import (
+    Limits,
+    Reservation,
+    Termination,
+    TreeLevel,
+    charged,
+    check_gates,
+    check_tree,
+    check_turn,
+)
+from agentfleet.loop.decisions import (
+    Dispatch,
+    Fail,
+    Finish,
+    Repair,
+    decide,
+    plan_signatures,
+    schema_errors,
+    usable_turn,
+)
+from agentfleet.loop.keys import idempotency_key
+from agentfleet.loop.states import RunState, is_terminal
+from agentfleet.loop.transcript import Message, ModelTurn
+from agentfleet.models.base import ModelRequest, estimated_usage
+from agentfleet.models.retrying import RetryPolicy, with_retries
+from agentfleet.roles import delegation
+from agentfleet.roles.admission import check_conflict
+from agentfleet.roles.retry import CommitPending, InFlight, outcome_at_risk
+from agentfleet.roles.step import Step, end_run, result_of
+from agentfleet.store.records import RunRecord
+from agentfleet.store.repository import Store
+
+log = logging.getLogger(__name__)
+RESERVED, RELEASED = "reserved", "released"  # a delegated plan step's hold on its ancestors' budgets, in its input
+
+
+def on_goal_submitted(step: Step) -> list[Envelope]:
+    goal = step.env.body()
+    assert isinstance(goal, GoalSubmitted)
+    store = step.rt.store
+    agent = step.rt.agent(goal.agent)
+    if agent is None or schema_errors(agent.goal_schema, goal.input):
+        # Admission validates before publishing; reaching here means workers disagree on agents.
+        raise AgentNotLoaded(f"goal for {goal.agent!r} reached a planner that does not load it (or admits its "
+                             "input differently)")
+    limits = agent.limits.tightened_by(goal.limits)
+    with store.tx() as conn:
+        store.create_run(
+            conn, run_id=step.env.run_id, agent=goal.agent, goal_id=goal.goal_id, trace_id=step.env.trace_id,
+            input=goal.input, limits=limits.model_dump(),
+            parent=goal.parent.model_dump(mode="json") if goal.parent else None, cause=goal.cause,
+        )
+        run = store.get_run(step.env.run_id, conn, lock=True)
+        assert run is not None
+        try:  # the one check for every goal from the inbox: this reads the run anyway
+            check_conflict(goal.goal_id, goal.input, run)
+        except GoalRejected as exc:
+            _refuse_copy(step, goal, exc)
+            return step.commit(conn, [])
+        if goal.reply_to:
+            store.add_reply(conn, step.env.run_id, goal.reply_to, goal.correlation_id)
+        if run.state != RunState.PENDING and (run.state != RunState.PLANNING or run.iteration != 0):
+            # A second copy of a goal already under way (or done): one run, and this copy's
+            # reply_to gets that run's Result when there is one.
+            events = []
+            if is_terminal(run.state) and goal.reply_to and run.result:
+                events = [step.run_ended(run.run_id, Result.model_validate(run.result), redelivery=True)]
+            return step.commit(conn, events)
+        if run.state == RunState.PENDING:
+            run = store.transition(conn, run, RunState.PLANNING) or run  # we hold the row lock
+    return _plan(step, agent, run, iteration=0, new_messages=[])
+
+
+def _refuse_copy(step: Step, goal: GoalSubmitted, exc: GoalRejected) -> None:
+    """Answer this copy of a goal (not the run its goal_id names) and keep it with the reason."""
+    publisher = step.rt.publisher
+    if goal.reply_to:
+        publisher.reply(goal.reply_to, goal.correlation_id,
+                        Result.rejection(exc.code, exc.message, agent=goal.agent, goal_id=goal.goal_id))
+    publisher.dead_letter_event(step.env, reason=exc.message, error_code=exc.code)
+
+
+def on_observation_recorded(step: Step) -> list[Envelope]:
+    obs = step.env.body()
+    assert isinstance(obs, ObservationRecorded)
+    store = step.rt.store
+    agent = step.rt.agent(obs.agent)
+    if agent is None:
+        raise AgentNotLoaded(f"agent {obs.agent!r} is not loaded by this planner")
+    nxt = obs.iteration + 1
+    with store.tx() as conn:
+        run = store.get_run(step.env.run_id, conn, lock=True)
+        if run is None:
+            return step.commit(conn, [])
+        if run.state == RunState.OBSERVING and run.iteration == obs.iteration:
+            run = store.transition(conn, run, RunState.PLANNING, iteration=nxt) or run  # we hold the row lock
+        if not (run.state == RunState.PLANNING and run.iteration == nxt):
+            log.info("stale observation ignored", extra={"state": run.state, "iteration": run.iteration})
+            return step.commit(conn, [])
+    tool_messages = [
+        Message(role="tool", tool_call_id=o.call_id, name=o.tool, content=o.result.for_model_json())
+        for o in obs.observations
+    ]
+    if obs.repair is not None:
+        tool_messages.append(Message(role="user", name=REPAIR_MESSAGE_NAME, content=obs.repair))
+    return _plan(step, agent, run, iteration=nxt, new_messages=tool_messages)
+
+
+def _plan(step: Step, agent: Agent, run: RunRecord, *, iteration: int, new_messages: list[Message]) -> list[Envelope]:
+    """One iteration: gates, the model call (or its checkpoint), the decision, committed with its events."""
+    store = step.rt.store
+    limits = Limits.model_validate(run.limits)
+    key = idempotency_key(run.run_id, iteration, "plan")
+    with store.step_lock(key) as held:
+        if not held:
+            raise InFlight(f"plan step {key} is being planned elsewhere")
+        gate = (check_gates(limits, run.usage, iteration, run.elapsed_s(), run.steps_used) or _tree_gate(store, run)
+                or (_cause_gate(store, run) if iteration == 0 else None))
+        if gate is not None:
+            status = ResultStatus.CANCELLED if gate.code == ErrorCode.CANCELLED else ResultStatus.FAILED
+            return _end(step, run, new_messages, iteration, None, status, gate.code, gate.message)
+        offer = step.rt.dispatch.offer(list(agent.tools.values()))
+        record = store.begin_step(key=key, run_id=run.run_id, iteration=iteration, kind="plan", worker=step.worker,
+                                  input={"tools": offer.tools, "notice": offer.notice})
+        if record.status != "started":
+            with store.tx() as conn:  # planned by an earlier handling that already committed its events
+                return step.commit(conn, [])
+        history = store.transcript(run.run_id)
+        if step.carried is not None:  # the model answered before a database outage: commit that answer
+            planned = Planned(ModelTurn.model_validate(step.carried["turn"]), float(step.carried["duration_ms"]))
+        else:
+            if record.attempts > step.rt.settings.max_step_attempts:
+                msg = f"planning iteration {iteration} crashed its worker {record.attempts - 1} times"
+                return _end(step, run, new_messages, iteration, None, ResultStatus.FAILED, ErrorCode.POISON_MESSAGE,
+                            msg)
+            offer = _checkpointed_offer(record.input, offer)
+            window = getattr(agent.model, "context_window", None)  # adapters of real models know theirs
+            request = ModelRequest(
+                run_id=run.run_id, agent=agent.name, iteration=iteration, goal=run.input,
+                tools=agent.tool_specs(offer.tools),
+                messages=build_messages(agent.instructions, run.input, history + new_messages,
+                                        budget_tokens=context_budget(limits.max_tokens, window), notice=offer.notice,
+                                        examples=agent.examples),
+            )
+            if run.ancestors:  # held in every ancestor before the call: concurrent siblings see each other's
+                held = _reserve(step, agent, run, key, request)
+                if isinstance(held, Termination):
+                    status = ResultStatus.CANCELLED if held.code == ErrorCode.CANCELLED else ResultStatus.FAILED
+                    return _end(step, run, new_messages, iteration, None, status, held.code, held.message)
+            started = time.perf_counter()
+            try:
+                turn = _complete(step.rt.hooks, agent, request, step.rt.settings.model_retry_policy)
+            except Exception as exc:
+                # The Result carries a line; the operator gets the traceback with the run and trace ids.
+                log.error("model call failed: %s", exc, exc_info=exc,
+                          extra={"model": agent.model.name, "iteration": iteration})
+                code = exc.code if isinstance(exc, ModelError) else ErrorCode.MODEL_ERROR
+                return _end(step, run, new_messages, iteration, None, ResultStatus.FAILED, code,
+                            f"{agent.model.name}: {exc}")
+            planned = Planned(turn, round((time.perf_counter() - started) * 1000, 3))
+        try:
+            return _decide_and_commit(step, agent, run, new_messages, iteration, planned, history)
+        except Exception as exc:
+            if outcome_at_risk(exc):
+                raise CommitPending({"turn": planned.turn.model_dump(mode="json"),
+                                     "duration_ms": planned.duration_ms}, exc) from exc
+            raise
+
+
+def _reserve(step: Step, agent: Agent, run: RunRecord, key: str, request: ModelRequest) -> Reservation | Termination:
+    """Hold this turn's estimate in every ancestor, checking the tree with what is spent and what the turns in
+    flight beneath each ancestor hold (rows locked in id order: one order for every planner, no deadlock). A
+    retried plan step keeps the reservation its first attempt made."""
+    store = step.rt.store
+    with store.tx() as conn:
+        recorded = store.step_input(conn, key, lock=True)
+        recorded = recorded if isinstance(recorded, dict) else {}
+        earlier = Reservation.from_dict(recorded.get(RESERVED))
+        if earlier is not None:
+            return earlier
+        ancestors = store.get_runs(run.ancestors, conn, lock=True)
+        gate = check_tree([_level(a) for a in ancestors])
+        if gate is not None:
+            return gate
+        estimate = estimated_usage(agent.model, request, estimate_tokens(request.messages),
+                                   step.rt.settings.model_prices)
+        held = Reservation(estimate.total_tokens, estimate.cost_usd, 1)
+        store.reserve(conn, run.ancestors, held)
+        store.set_step_input(conn, key, {**recorded, RESERVED: held.as_dict()})
+        return held
+
+
+def _released(store: Store, conn: Connection, key: str) -> Reservation | None:
+    """The reservation a plan step holds, given back once (marked so in the step, in the same transaction)."""
+    recorded = store.step_input(conn, key, lock=True)
+    if not isinstance(recorded, dict) or recorded.get(RELEASED):
+        return None
+    held = Reservation.from_dict(recorded.get(RESERVED))
+    if held is not None:
+        store.set_step_input(conn, key, {**recorded, RELEASED: True})
+    return held
+
+
+def _level(a: RunRecord) -> TreeLevel:
+    return TreeLevel(f"run {a.run_id} ({a.agent})", Limits.model_validate(a.limits), a.usage, a.steps_used,
+                     a.elapsed_s(), str(a.state) if is_terminal(a.state) else None,
+                     Reservation(a.reserved_tokens, a.reserved_cost_usd, a.reserved_steps))
+
+
+def _cause_gate(store: Store, run: RunRecord) -> Termination | None:
+    """A triggered run whose goal was still queued when the run whose event started it was stopped (cancelled,
+    out of time) does not start: the stop cascades to the triggered runs that exist, and this catches the rest."""
+    source = (run.cause or {}).get("run_id")
+    if not isinstance(source, str):
+        return None
+    cause = store.get_run(source)
+    if cause is None or not (cause.state == RunState.CANCELLED or cause.error_code == ErrorCode.DEADLINE):
+        return None
+    what = f"{cause.state} {cause.error_code or ''}".strip()
+    return Termination(ErrorCode.CANCELLED, f"the run {source} whose event started it was stopped ({what})")
+
+
+def _tree_gate(store: Store, run: RunRecord) -> Termination | None:
+    """A delegated run also stops when an ancestor has ended (its cancel cannot reach a child whose goal was
+    still queued, with no run to cancel yet: the child sees it here, before its first turn and every other),
+    or when an ancestor's subtree has spent that ancestor's limits. One query."""
+    if not run.ancestors:
+        return None
+    return check_tree([_level(a) for a in store.get_runs(run.ancestors)])
+
+
+def _checkpointed_offer(recorded: object, current: Offer) -> Offer:
+    """The tools this iteration's first attempt offered: a re-run shows the model what it was shown."""
+    if isinstance(recorded, dict) and isinstance(recorded.get("tools"), list):
+        return Offer([str(t) for t in recorded["tools"]], recorded.get("notice"))
+    return current
+
+
+def _decide_and_commit(step: Step, agent: Agent, run: RunRecord, new_messages: list[Message], iteration: int,
+                       planned: Planned, history: list[Message]) -> list[Envelope]:
+    limits = Limits.model_validate(run.limits)
+    planned = dataclasses.replace(planned, turn=usable_turn(planned.turn))  # what the store can hold, as decided
+    repairs_used = sum(1 for m in [*history, *new_messages] if m.role == "user" and m.name == REPAIR_MESSAGE_NAME)
+    decision = decide(planned.turn, agent.result_schema, plan_signatures(history), tools=agent.tools.keys(),
+                      repairs_left=limits.max_repairs - repairs_used, max_calls=limits.max_calls_per_turn)
+    if isinstance(decision, Dispatch):
+        # What the model wrote (names, arguments, text), at the context builder's rate: not the message's framing,
+        # which an honest model's count of its output does not include.
+        written = sum(len(c.name) + len(json.dumps(c.arguments, default=str)) for c in decision.calls)
+        written += len(planned.turn.text or "")
+        over = check_turn(limits, run.usage + charged(planned.turn.usage, written // CHARS_PER_TOKEN))
+        if over is not None:
+            return _end(step, run, new_messages, iteration, planned, ResultStatus.FAILED, over.code, over.message)
+    if isinstance(decision, Repair):
+        return _repair(step, run, new_messages, iteration, planned, decision)
+    if isinstance(decision, Finish):
+        return _end(step, run, new_messages, iteration, planned, ResultStatus.SUCCEEDED, output=decision.output)
+    if isinstance(decision, Fail):
+        message = decision.message + (": " + "; ".join(decision.details) if decision.details else "")
+        return _end(step, run, new_messages, iteration, planned, ResultStatus.FAILED, decision.code, message)
+    return _dispatch(step, run, new_messages, iteration, planned, decision)
+
+
+@dataclasses.dataclass(frozen=True)
+class Planned:
+    """A model turn and how long the model took to give it."""
+
+    turn: ModelTurn
+    duration_ms: float
+
+
+def _complete(hooks: Hooks, agent: Agent, request: ModelRequest, policy: RetryPolicy) -> ModelTurn:
+    """The model's turn, each try through the hooks, retried as models/retrying.py decides per error."""
+    call = ModelCallInfo(run_id=request.run_id, agent=agent.name, model=agent.model.name, iteration=request.iteration)
+
+    def once() -> ModelTurn:
+        with hooks.model_call(call) as got:
+            got.append(agent.model.complete(request))
+        return got[0]
+
+    return with_retries(once, policy)
+
+
+def _usage_fields(run: RunRecord, turn: ModelTurn | None) -> dict[str, object]:
+    usage = run.usage + turn.usage if turn else run.usage
+    return dict(steps_used=run.steps_used + (1 if turn else 0), input_tokens=usage.input_tokens,
+                output_tokens=usage.output_tokens, cost_usd=usage.cost_usd,
+                cached_input_tokens=usage.cached_input_tokens, unpriced=usage.unpriced)
+
+
+def _checkpoint(step: Step, conn: Connection, run: RunRecord, iteration: int, new_messages: list[Message],
+                planned: Planned | None, repair: str | None = None) -> None:
+    """Store the observations that led here, the model's turn and the plan step's outcome; a delegated run's
+    turn is counted in its ancestors' spend in the same transaction (once, however often it is retried)."""
+    store = step.rt.store
+    if new_messages:
+        store.append_messages(conn, run.run_id, iteration - 1, new_messages, start=1)
+    if run.ancestors:  # what the turn spent counts in every ancestor, and what it held there is given back
+        held = _released(store, conn, idempotency_key(run.run_id, iteration, "plan"))
+        if planned is not None or held is not None:
+            store.add_spend(conn, run.ancestors, planned.turn.usage if planned else None, release=held)
+    if planned is not None:
+        store.append_messages(conn, run.run_id, iteration, [planned.turn.as_message()])
+        summary = _plan_summary(planned.turn)
+        store.finish_step(conn, idempotency_key(run.run_id, iteration, "plan"), status="succeeded",
+                          output={**summary, "repair": repair} if repair else summary,
+                          duration_ms=planned.duration_ms)
+
+
+def _plan_summary(turn: ModelTurn) -> dict[str, object]:
+    """The plan step's outcome. The turn itself lives once, in the transcript (storage stays ~1× it)."""
+    return {"calls": [c.name for c in turn.tool_calls], "model": turn.model,
+            "usage": turn.usage.model_dump()}
+
+
+def _dispatch(step: Step, run: RunRecord, new_messages: list[Message], iteration: int, planned: Planned,
+              decision: Dispatch) -> list[Envelope]:
+    store = step.rt.store
+    agent = step.rt.agent(run.agent)
+    call_ids = [c.id for c in decision.calls]
+    handed = [c for c in decision.calls if agent is not None and delegation.planner_hands_off(step, agent, c)]
+    events = [
+        step.event(
+            EventType.TOOL_REQUESTED,
+            ToolRequested(agent=run.agent, iteration=iteration, call=call, sibling_call_ids=call_ids,
+                          idempotency_key=idempotency_key(run.run_id, iteration, "tool", call.id),
+                          deadline_at=run.deadline_at().timestamp()),
+            key=(iteration, call.id),
+        )
+        for call in decision.calls if call not in handed
+    ]
+    with store.tx() as conn:
+        current = store.get_run(run.run_id, conn, lock=True)
+        if current is None or current.state != RunState.PLANNING or current.iteration != iteration:
+            return step.commit(conn, [])
+        _checkpoint(step, conn, run, iteration, new_messages, planned)
+        moved = store.transition(conn, current, RunState.EXECUTING, **_usage_fields(current, planned.turn))
+        if not moved:
+            return step.commit(conn, [])
+        started = 0
+        for call in handed:  # children start from here: no executor hop, never queued behind slow tools
+            assert agent is not None
+            more, child = delegation.hand_off_from_planner(step, conn, moved, agent, iteration, call, call_ids)
+            events += more
+            started += child
+        if handed and started == len(call_ids):  # every call went to a child: nothing runs in a worker
+            store.transition(conn, moved, RunState.WAITING_CHILDREN)
+        return step.commit(conn, events)
+
+
+def _repair(step: Step, run: RunRecord, new_messages: list[Message], iteration: int, planned: Planned,
+            decision: Repair) -> list[Envelope]:
+    """Answer an unusable turn from here: the iteration's observations are the planner's, and the next
+    iteration plans with them as it would with tools' results."""
+    log.info("model turn told back for repair: %s", decision.fail.message,
+             extra={"iteration": iteration, "error_code": decision.fail.code})
+    observations = [Observation(call_id=call.id, tool=call.name, result=result) for call, result in decision.answers]
+    event = step.event(EventType.OBSERVATION_RECORDED,
+                       ObservationRecorded(agent=run.agent, iteration=iteration, observations=observations,
+                                           repair=decision.note),
+                       key=(iteration, "observation"))
+    store = step.rt.store
+    with store.tx() as conn:
+        current = store.get_run(run.run_id, conn, lock=True)
+        if current is None or current.state != RunState.PLANNING or current.iteration != iteration:
+            return step.commit(conn, [])
+        _checkpoint(step, conn, run, iteration, new_messages, planned, repair=decision.fail.message)
+        if not store.transition(conn, current, RunState.OBSERVING, **_usage_fields(current, planned.turn)):
+            return step.commit(conn, [])
+        return step.commit(conn, [event])
+
+
+def _end(step: Step, run: RunRecord, new_messages: list[Message], iteration: int, planned: Planned | None,
+         status: ResultStatus, code: ErrorCode | None = None, message: str | None = None,
+         output: dict[str, object] | None = None) -> list[Envelope]:
+    store = step.rt.store
+    with store.tx() as conn:
+        current = store.get_run(run.run_id, conn, lock=True)
+        if current is None or is_terminal(current.state) or current.iteration != iteration:
+            return step.commit(conn, [])
+        _checkpoint(step, conn, run, iteration, new_messages, planned)
+        if planned is None:  # the plan step (if it began) ends with the run
+            store.finish_step(conn, idempotency_key(run.run_id, iteration, "plan"), status="failed",
+                              output={"error_code": code, "message": message}, duration_ms=0.0)
+        turn = planned.turn if planned else None
+        usage = _usage_fields(current, turn)
+        ended = dataclasses.replace(current, **usage)  # type: ignore[arg-type]
+        result = result_of(ended, status=status, output=output, error_code=code, message=message,
+                           recovery_suggestion=RECOVERY_SUGGESTIONS.get(code) if code else None)
+        return end_run(step, conn, current, result, **usage)

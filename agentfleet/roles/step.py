@@ -1,0 +1,88 @@
+"""One handling of one event by one role (``Step``), and how a role ends a run.
+
+What is common to every handler: commit the handling's dedupe mark with its outbox,
+derive the ids of the events it causes, end a run with its Result. The Celery side
+(decode, retry, dead-letter) is ``workers/event_task.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection
+
+from agentfleet.events.contracts import Result, ResultStatus
+from agentfleet.events.envelope import Envelope, EventType, RunEnded
+from agentfleet.loop.keys import derived_event_id
+from agentfleet.loop.states import RunState
+from agentfleet.roles.retry import InFlight
+from agentfleet.roles.runtime import Runtime
+from agentfleet.store.records import RunRecord
+
+
+@dataclass
+class Step:
+    """One handling of one event by one role."""
+
+    rt: Runtime
+    env: Envelope
+    role: str
+    worker: str
+    redelivered: bool = False
+    carried: dict[str, Any] | None = None  # an outcome an earlier attempt knew but could not commit
+
+    def commit(self, conn: Connection, events: list[Envelope]) -> list[Envelope]:
+        """Mark the event handled, storing what it produced, in the caller's transaction."""
+        if not self.rt.store.mark_processed(conn, self.env.event_id, self.role, [e.wire() for e in events],
+                                            run_id=self.env.run_id):
+            raise InFlight(f"{self.env.event_id} was handled concurrently")
+        return events
+
+    def event(self, type: EventType, payload: Any, *, key: tuple[object, ...]) -> Envelope:
+        """An event caused by this one, with an id derived from the run and ``key`` (stable on re-runs)."""
+        return Envelope.new(
+            type, self.env.run_id, payload, trace_id=self.env.trace_id, causation_id=self.env.event_id,
+            event_id=derived_event_id(self.env.run_id, type, *key),
+        )
+
+    def run_ended(self, run_id: str, result: Result, *, redelivery: bool = False) -> Envelope:
+        return ended_event(run_id, self.env.trace_id, result, causation_id=self.env.event_id,
+                           redelivery_of=self.env.event_id if redelivery else None)
+
+
+def ended_event(run_id: str, trace_id: str, result: Result, *, causation_id: str | None = None,
+                redelivery_of: str | None = None) -> Envelope:
+    """run.completed or run.failed carrying the Result. Its id is derived from the run, so however often a
+    run is ended (a handler, the sweeper), one ending is one event; a later copy of the goal asking for the
+    Result again (``redelivery_of``) gets an event of its own."""
+    type = EventType.RUN_COMPLETED if result.status == ResultStatus.SUCCEEDED else EventType.RUN_FAILED
+    payload = RunEnded(result=result.model_dump(mode="json"), redelivery=redelivery_of is not None)
+    event_id = (derived_event_id(redelivery_of, "redelivery") if redelivery_of
+                else derived_event_id(run_id, type, "ended"))
+    return Envelope.new(type, run_id, payload, trace_id=trace_id, causation_id=causation_id, event_id=event_id)
+
+
+Handler = Callable[[Step], list[Envelope]]
+
+
+TERMINAL_STATE = {
+    ResultStatus.SUCCEEDED: RunState.SUCCEEDED,
+    ResultStatus.FAILED: RunState.FAILED,
+    ResultStatus.CANCELLED: RunState.CANCELLED,
+}
+
+
+def end_run(step: Step, conn: Connection, run: RunRecord, result: Result, **fields: Any) -> list[Envelope]:
+    """Move a live run to the terminal state its Result names, storing the Result, in ``conn``'s transaction."""
+    stored = result.model_dump(mode="json")
+    if not step.rt.store.transition(conn, run, TERMINAL_STATE[result.status], result=stored,
+                                    error_code=result.error_code, **fields):
+        return step.commit(conn, [])
+    return step.commit(conn, [step.run_ended(run.run_id, result)])
+
+
+def result_of(run: RunRecord, **fields: Any) -> Result:
+    """A run's public Result with its usage filled in."""
+    return Result(run_id=run.run_id, goal_id=run.goal_id, agent=run.agent, usage=run.usage_summary(), **fields)

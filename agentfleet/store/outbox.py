@@ -1,0 +1,62 @@
+"""Dedupe and outbox: each handled event's mark with the events it produced, and who waits for a run's Result."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import Connection, select, update
+
+from agentfleet.store import tables as T
+from agentfleet.store.base import StoreBase
+from agentfleet.store.records import now
+
+
+class Outbox(StoreBase):
+    """Dedupe marks with their outboxes, and reply targets."""
+
+    def processed_outbox(self, event_id: str, consumer: str) -> list[dict[str, Any]] | None:
+        with self.engine.connect() as conn:
+            row = conn.execute(
+                select(T.processed_events.c.outbox).where(
+                    T.processed_events.c.event_id == event_id, T.processed_events.c.consumer == consumer
+                )
+            ).first()
+        return None if row is None else list(row.outbox)
+
+    def mark_processed(self, conn: Connection, event_id: str, consumer: str, outbox: list[dict[str, Any]],
+                       run_id: str | None = None) -> bool:
+        return self._insert_ignore(
+            conn, T.processed_events,
+            dict(event_id=event_id, consumer=consumer, outbox=outbox, processed_at=now(), run_id=run_id),
+            ["event_id", "consumer"],
+        )
+
+    def stored_events(self, run_id: str) -> list[dict[str, Any]]:
+        """Every event the run's handled steps produced (their stored outboxes), oldest first."""
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                select(T.processed_events.c.outbox).where(T.processed_events.c.run_id == run_id)
+                .order_by(T.processed_events.c.processed_at)
+            ).scalars().all()
+        return [event for outbox in rows for event in outbox]
+
+    def add_reply(self, conn: Connection, run_id: str, reply_to: str, correlation_id: str | None) -> None:
+        self._insert_ignore(
+            conn, T.run_replies,
+            dict(run_id=run_id, reply_to=reply_to, correlation_id=correlation_id or ""),
+            ["run_id", "reply_to", "correlation_id"],
+        )
+
+    def pending_replies(self, run_id: str) -> list[tuple[int, str, str]]:
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                select(T.run_replies.c.id, T.run_replies.c.reply_to, T.run_replies.c.correlation_id)
+                .where(T.run_replies.c.run_id == run_id, T.run_replies.c.delivered_at.is_(None))
+                .order_by(T.run_replies.c.id)
+            ).all()
+        return [(r.id, r.reply_to, r.correlation_id) for r in rows]
+
+    def mark_replied(self, conn: Connection, ids: Sequence[int]) -> None:
+        if ids:
+            conn.execute(update(T.run_replies).where(T.run_replies.c.id.in_(list(ids))).values(delivered_at=now()))

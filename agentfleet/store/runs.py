@@ -1,0 +1,152 @@
+"""Runs: creating one, reading one or a tree of them, and moving one from state to state (with its audit row)."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, func, insert, select, update
+
+from agentfleet.hooks.base import Transition, current_step
+from agentfleet.loop.states import RunState, can_transition
+from agentfleet.store import tables as T
+from agentfleet.store.base import StoreBase
+from agentfleet.store.records import RunRecord, as_utc, now
+
+log = logging.getLogger(__name__)
+
+class Runs(StoreBase):
+    """Creating, reading and moving runs."""
+
+    def create_run(
+        self,
+        conn: Connection,
+        *,
+        run_id: str,
+        agent: str,
+        goal_id: str,
+        trace_id: str,
+        input: dict[str, Any],
+        limits: dict[str, Any],
+        parent: dict[str, Any] | None = None,
+        cause: dict[str, Any] | None = None,
+    ) -> bool:
+        ts = now()
+        return self._insert_ignore(
+            conn,
+            T.runs,
+            dict(run_id=run_id, agent=agent, goal_id=goal_id, trace_id=trace_id, state=RunState.PENDING,
+                 version=0, iteration=0, input=input, limits=limits, steps_used=0, input_tokens=0,
+                 output_tokens=0, cost_usd=0.0, created_at=ts, updated_at=ts,
+                 parent_run_id=parent["run_id"] if parent else None, parent=parent, cause=cause),
+            ["run_id"],
+        )
+
+    def get_run(self, run_id: str, conn: Connection | None = None, *, lock: bool = False) -> RunRecord | None:
+        stmt = select(T.runs).where(T.runs.c.run_id == run_id)
+        if lock:
+            stmt = stmt.with_for_update()
+        if conn is not None:
+            row = conn.execute(stmt).first()
+        else:
+            with self.engine.connect() as own:
+                row = own.execute(stmt).first()
+        return RunRecord.from_row(row) if row else None
+
+    def get_runs(self, run_ids: list[str], conn: Connection | None = None, *, lock: bool = False
+                 ) -> list[RunRecord]:
+        """Several runs in one query, in the order asked (those not found left out); ``lock``: held until the
+        caller's transaction ends, taken in id order (one order for every caller: no deadlock)."""
+        stmt = select(T.runs).where(T.runs.c.run_id.in_(run_ids)).order_by(T.runs.c.run_id)
+        if lock and self.dialect == "postgresql":
+            stmt = stmt.with_for_update()
+        if conn is None:
+            with self.engine.connect() as own:
+                rows = own.execute(stmt).all()
+        else:
+            rows = conn.execute(stmt).all()
+        found = {r.run_id: r for r in map(RunRecord.from_row, rows)}
+        return [found[i] for i in run_ids if i in found]
+
+    def transition(self, conn: Connection, run: RunRecord, target: RunState, **fields: Any) -> RunRecord | None:
+        """Compare-and-set on (state, version): the run as it now is, or None (logged) when illegal or stale."""
+        if not can_transition(run.state, target):
+            log.warning("illegal transition ignored", extra={"run_id": run.run_id, "from": run.state, "to": target})
+            return None
+        changed = dict(state=target, version=run.version + 1, updated_at=now(), **fields)
+        stmt = (
+            update(T.runs)
+            .where(T.runs.c.run_id == run.run_id, T.runs.c.state == run.state, T.runs.c.version == run.version)
+            .values(**changed)
+        )
+        if conn.execute(stmt).rowcount != 1:
+            log.info("stale transition ignored", extra={"run_id": run.run_id, "from": run.state, "to": target})
+            return None
+        moved = dataclasses.replace(run, **changed)
+        if self.hooks is not None or self.audit:
+            self._record(conn, self._transition(run, moved))
+        return moved
+
+    def _transition(self, run: RunRecord, moved: RunRecord) -> Transition:
+        step = current_step()
+        return Transition(
+            run_id=run.run_id, agent=run.agent, from_state=run.state, to_state=moved.state, at=moved.updated_at,
+            iteration=moved.iteration, error_code=moved.error_code, input_tokens=moved.input_tokens,
+            output_tokens=moved.output_tokens, cost_usd=moved.cost_usd,
+            worker=step.worker if step else self.process, event_id=step.event_id if step else None,
+            event_type=step.event_type if step else None,
+            step_duration_ms=round((time.perf_counter() - step.started) * 1000, 3) if step else None)
+
+    def _record(self, conn: Connection, change: Transition) -> None:
+        """The audit row and the hooks' look at the move, in its transaction; the hooks again once it committed."""
+        if self.audit:
+            conn.execute(insert(T.audit).values(**change.record()))
+        hooks = self.hooks
+        if hooks is not None:
+            hooks.on_transition(change)
+            self.after_commit(conn, lambda: hooks.after_transition(change))
+
+    def list_runs(self, *, agent: str | None = None, states: Sequence[str] = (), since: datetime | None = None,
+                  limit: int = 50) -> list[RunRecord]:
+        """Runs newest first, by agent, state and creation time."""
+        stmt = select(T.runs).order_by(T.runs.c.created_at.desc()).limit(limit)
+        if agent:
+            stmt = stmt.where(T.runs.c.agent == agent)
+        if states:
+            stmt = stmt.where(T.runs.c.state.in_(list(states)))
+        if since is not None:
+            stmt = stmt.where(T.runs.c.created_at >= since)
+        with self.engine.connect() as conn:
+            return [RunRecord.from_row(r) for r in conn.execute(stmt).all()]
+
+    def audit_trail(self, run_id: str) -> list[dict[str, Any]]:
+        """A run's state transitions, oldest first (empty when the audit hook is off)."""
+        with self.engine.connect() as conn:
+            rows = conn.execute(select(T.audit).where(T.audit.c.run_id == run_id).order_by(T.audit.c.id)).all()
+        return [{**r._mapping, "at": as_utc(r.at)} for r in rows]
+
+    def children(self, run_id: str, conn: Connection | None = None) -> list[RunRecord]:
+        """Runs started by this run's delegations, oldest first."""
+        stmt = select(T.runs).where(T.runs.c.parent_run_id == run_id).order_by(T.runs.c.created_at, T.runs.c.run_id)
+        if conn is not None:
+            return [RunRecord.from_row(r) for r in conn.execute(stmt).all()]
+        with self.engine.connect() as own:
+            return [RunRecord.from_row(r) for r in own.execute(stmt).all()]
+
+    def count_runs_in_trace(self, trace_id: str, conn: Connection) -> int:
+        return int(conn.execute(select(func.count()).select_from(T.runs).where(T.runs.c.trace_id == trace_id))
+                   .scalar_one())
+
+    def runs_in_trace(self, trace_id: str, limit: int = 1000, conn: Connection | None = None) -> list[RunRecord]:
+        """Every run sharing a trace id (a goal, the runs it delegated to and those its events triggered); in the
+        caller's transaction when given one."""
+        stmt = (select(T.runs).where(T.runs.c.trace_id == trace_id)
+                .order_by(T.runs.c.created_at, T.runs.c.run_id).limit(limit))
+        if conn is not None:
+            return [RunRecord.from_row(r) for r in conn.execute(stmt).all()]
+        with self.engine.connect() as own:
+            return [RunRecord.from_row(r) for r in own.execute(stmt).all()]
