@@ -1,4 +1,4 @@
-"""Following a run from its checkpoint: live progress lines, and a run's description."""
+"""Following a run from its checkpoint: live progress lines, a run's description, and whether it looks stuck."""
 
 from __future__ import annotations
 
@@ -12,8 +12,11 @@ from rich.markup import escape
 
 from agentfleet.constants import FINAL_ANSWER_TOOL, FOLLOW_POLL_INTERVAL_S
 from agentfleet.events.contracts import Result
+from agentfleet.events.publisher import queue_depths
 from agentfleet.loop.states import RunState, is_terminal
-from agentfleet.store.records import ApprovalRecord, RunRecord
+from agentfleet.roles.runtime import Runtime
+from agentfleet.roles.sweeper import Action, assess
+from agentfleet.store.records import ApprovalRecord, RunRecord, now
 from agentfleet.store.repository import Store
 
 
@@ -125,6 +128,23 @@ def describe_run(store: Store, run_id: str) -> dict[str, Any] | None:
         "parent_run_id": run.parent_run_id,
         "children": run_tree(store, run_id),
     }
+
+
+def run_status(rt: Runtime, run_id: str) -> dict[str, Any] | None:
+    """A run's description (``describe_run``) with ``stuck``: how long it has been quiet and what the sweeper will
+    do about it, as the sweeper itself would judge it now, or None while it shows signs of life."""
+    described = describe_run(rt.store, run_id)
+    run = rt.store.get_run(run_id)
+    if described is None or run is None:
+        return None
+    # an embedded fleet's queues live in its process
+    ready = {} if rt.settings.embedded else queue_depths(rt.publisher.app, rt.topology)
+    assessed = assess(rt, run, now(), ready)
+    stuck = None
+    if assessed is not None and assessed[1].action != Action.WAIT:
+        stuck = {"quiet_s": round(assessed[0], 1), "action": assessed[1].action.value, "reason": assessed[1].reason}
+    described["stuck"] = stuck
+    return described
 
 
 def run_tree(store: Store, run_id: str, depth: int = 0) -> list[dict[str, Any]]:

@@ -10,11 +10,13 @@ as logs are (harness/redaction.py).
 from __future__ import annotations
 
 import json
+import time
 from datetime import datetime
 from typing import Any
 
 from agentfleet.agents.registry import AgentRegistry
 from agentfleet.constants import FINAL_ANSWER_TOOL
+from agentfleet.loop.states import is_terminal
 from agentfleet.redaction import redact
 from agentfleet.store.records import RunRecord
 from agentfleet.store.repository import Store
@@ -170,3 +172,30 @@ def _tree_lines(nodes: list[dict[str, Any]], indent: str) -> list[str]:
                    f"{u['input_tokens'] + u['output_tokens']} tokens, ${u['cost_usd']:.6f}  ← {n['started_by']}")
         out += _tree_lines(n["children"], indent + "  ")
     return out
+
+
+def settle_trace(store: Store, run_id: str, timeout: float) -> list[str]:
+    """Wait until the runs a goal started (delegated, triggered by its events) have ended, and the lines that show
+    them (none when it started nothing). Settled when every run of the trace has ended twice running: an embedded
+    fleet ends with the command that started it, so it must not stop while its runs still go on."""
+    run = store.get_run(run_id)
+    if run is None or (len(store.runs_in_trace(run.trace_id)) < 2 and not store.domain_events(run_id=run_id)):
+        return []  # it started nothing: nothing to wait for
+    deadline, settled, last = time.monotonic() + timeout, 0, None
+    while settled < 2 and time.monotonic() < deadline:
+        runs = store.runs_in_trace(run.trace_id)
+        now_seen = [(r.run_id, r.state) for r in runs]
+        settled = settled + 1 if now_seen == last and all(is_terminal(r.state) for r in runs) else 0
+        last = now_seen
+        time.sleep(0.25)
+    found = trace_of(store, run_id)
+    if found is None or len(store.runs_in_trace(run.trace_id)) < 2:
+        return []
+    lines = trace_lines(found)
+    start = next((i for i, line in enumerate(lines) if line.startswith("runs of trace")), None)
+    shown: list[str] = []
+    for line in lines[start:] if start is not None else []:
+        if line.startswith("end:"):
+            break
+        shown.append(line)
+    return shown

@@ -49,11 +49,8 @@ def on_tool_finished(step: Step) -> list[Envelope]:
     done = step.env.body()
     assert isinstance(done, ToolFinished)
     store = step.rt.store
-    with store.tx() as conn:
-        run = store.get_run(step.env.run_id, conn, lock=True)
-        if run is None or run.state not in _FANNING_IN or run.iteration != done.iteration:
-            log.info("late tool result ignored", extra={"call_id": done.call_id, "state": run and run.state})
-            return step.commit(conn, [])
+
+    def fan_in(conn: Connection, run: RunRecord) -> list[Envelope]:
         store.record_observation(conn, run_id=run.run_id, iteration=done.iteration, call_id=done.call_id,
                                  tool=done.tool, result=done.result.model_dump(mode="json"))
         received = {o["call_id"]: o for o in store.observations(conn, run.run_id, done.iteration)}
@@ -74,6 +71,11 @@ def on_tool_finished(step: Step) -> list[Envelope]:
             key=(done.iteration, "observation"),
         )
         return step.commit(conn, [event])
+
+    return step.locked_run(
+        lambda run: run.state in _FANNING_IN and run.iteration == done.iteration, fan_in,
+        stale=lambda run: log.info("late tool result ignored", extra={"call_id": done.call_id,
+                                                                      "state": run and run.state}))
 
 
 _FANNING_IN = (RunState.EXECUTING, RunState.WAITING_APPROVAL, RunState.WAITING_CHILDREN)
@@ -97,12 +99,13 @@ def on_delegation_started(step: Step) -> list[Envelope]:
     started = step.env.body()
     assert isinstance(started, DelegationStarted)
     store = step.rt.store
-    with store.tx() as conn:
-        run = store.get_run(step.env.run_id, conn, lock=True)
-        if run is not None and run.iteration == started.iteration:
-            received = [o["call_id"] for o in store.observations(conn, run.run_id, started.iteration)]
-            _wait_for_children(step, conn, run, started.sibling_call_ids, received)
+
+    def wait(conn: Connection, run: RunRecord) -> list[Envelope]:
+        received = [o["call_id"] for o in store.observations(conn, run.run_id, started.iteration)]
+        _wait_for_children(step, conn, run, started.sibling_call_ids, received)
         return step.commit(conn, [])
+
+    return step.locked_run(lambda run: run.iteration == started.iteration, wait)
 
 
 def _wait_if_parked(step: Step, conn: Connection, run: RunRecord, expected: list[str], received: Iterable[str]
@@ -128,12 +131,13 @@ def on_approval_requested(step: Step) -> list[Envelope]:
         body = notice(record, as_requested=True)
         publisher.publish_json(publisher.topology.public, body.type, body.model_dump(mode="json"),
                                declare=[publisher.topology.public])
-    with store.tx() as conn:
-        run = store.get_run(step.env.run_id, conn, lock=True)
-        if run is not None and run.iteration == asked.iteration:
-            received = [o["call_id"] for o in store.observations(conn, run.run_id, asked.iteration)]
-            _wait_if_parked(step, conn, run, asked.sibling_call_ids, received)
+
+    def wait(conn: Connection, run: RunRecord) -> list[Envelope]:
+        received = [o["call_id"] for o in store.observations(conn, run.run_id, asked.iteration)]
+        _wait_if_parked(step, conn, run, asked.sibling_call_ids, received)
         return step.commit(conn, [])
+
+    return step.locked_run(lambda run: run.iteration == asked.iteration, wait)
 
 
 def on_approval_resolved(step: Step) -> list[Envelope]:
@@ -148,29 +152,29 @@ def on_approval_resolved(step: Step) -> list[Envelope]:
     body = notice(record)
     publisher.publish_json(publisher.topology.public, body.type, body.model_dump(mode="json"),
                            declare=[publisher.topology.public])
-    with store.tx() as conn:
-        store.mark_applied(conn, record.approval_id)
-        run = store.get_run(step.env.run_id, conn, lock=True)
-        if run is None or is_terminal(run.state) or run.iteration != record.iteration:
-            return step.commit(conn, [])  # the run ended (cancelled, past its deadline) while it waited
+
+    def send_on(conn: Connection, run: RunRecord) -> list[Envelope]:
         if run.state == RunState.WAITING_APPROVAL:
             store.transition(conn, run, RunState.EXECUTING)
         request = ToolRequested.model_validate({**record.request, "approval_id": record.approval_id})
         event = step.event(EventType.TOOL_REQUESTED, request, key=(record.iteration, record.call_id, "answered"))
         return step.commit(conn, [event])
 
+    # stale: the run ended (cancelled, past its deadline) while it waited
+    return step.locked_run(lambda run: not is_terminal(run.state) and run.iteration == record.iteration, send_on,
+                           first=lambda conn: store.mark_applied(conn, record.approval_id))
+
 
 def on_cancel_requested(step: Step) -> list[Envelope]:
     cancel = step.env.body()
     assert isinstance(cancel, RunCancelRequested)
-    store = step.rt.store
-    with store.tx() as conn:
-        run = store.get_run(step.env.run_id, conn, lock=True)
-        if run is None or is_terminal(run.state):
-            return step.commit(conn, [])
+
+    def cancel_it(conn: Connection, run: RunRecord) -> list[Envelope]:
         result = result_of(run, status=ResultStatus.CANCELLED, error_code=ErrorCode.CANCELLED, message=cancel.reason,
                            recovery_suggestion=RECOVERY_SUGGESTIONS[ErrorCode.CANCELLED])
         return end_run(step, conn, run, result)
+
+    return step.locked_run(lambda run: not is_terminal(run.state), cancel_it)
 
 
 def on_run_ended(step: Step) -> list[Envelope]:

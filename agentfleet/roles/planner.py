@@ -10,6 +10,7 @@ import dataclasses
 import json
 import logging
 import time
+from collections.abc import Callable
 
 from sqlalchemy import Connection
 
@@ -359,23 +360,23 @@ def _dispatch(step: Step, run: RunRecord, new_messages: list[Message], iteration
         )
         for call in decision.calls if call not in handed
     ]
-    with store.tx() as conn:
-        current = store.get_run(run.run_id, conn, lock=True)
-        if current is None or current.state != RunState.PLANNING or current.iteration != iteration:
-            return step.commit(conn, [])
+
+    def execute(conn: Connection, current: RunRecord) -> list[Envelope]:
         _checkpoint(step, conn, run, iteration, new_messages, planned)
         moved = store.transition(conn, current, RunState.EXECUTING, **_usage_fields(current, planned.turn))
         if not moved:
             return step.commit(conn, [])
-        started = 0
+        out, started = list(events), 0
         for call in handed:  # children start from here: no executor hop, never queued behind slow tools
             assert agent is not None
             more, child = delegation.hand_off_from_planner(step, conn, moved, agent, iteration, call, call_ids)
-            events += more
+            out += more
             started += child
         if handed and started == len(call_ids):  # every call went to a child: nothing runs in a worker
             store.transition(conn, moved, RunState.WAITING_CHILDREN)
-        return step.commit(conn, events)
+        return step.commit(conn, out)
+
+    return step.locked_run(_planning(iteration), execute)
 
 
 def _repair(step: Step, run: RunRecord, new_messages: list[Message], iteration: int, planned: Planned,
@@ -390,24 +391,22 @@ def _repair(step: Step, run: RunRecord, new_messages: list[Message], iteration: 
                                            repair=decision.note),
                        key=(iteration, "observation"))
     store = step.rt.store
-    with store.tx() as conn:
-        current = store.get_run(run.run_id, conn, lock=True)
-        if current is None or current.state != RunState.PLANNING or current.iteration != iteration:
-            return step.commit(conn, [])
+
+    def answer(conn: Connection, current: RunRecord) -> list[Envelope]:
         _checkpoint(step, conn, run, iteration, new_messages, planned, repair=decision.fail.message)
         if not store.transition(conn, current, RunState.OBSERVING, **_usage_fields(current, planned.turn)):
             return step.commit(conn, [])
         return step.commit(conn, [event])
+
+    return step.locked_run(_planning(iteration), answer)
 
 
 def _end(step: Step, run: RunRecord, new_messages: list[Message], iteration: int, planned: Planned | None,
          status: ResultStatus, code: ErrorCode | None = None, message: str | None = None,
          output: dict[str, object] | None = None) -> list[Envelope]:
     store = step.rt.store
-    with store.tx() as conn:
-        current = store.get_run(run.run_id, conn, lock=True)
-        if current is None or is_terminal(current.state) or current.iteration != iteration:
-            return step.commit(conn, [])
+
+    def end(conn: Connection, current: RunRecord) -> list[Envelope]:
         _checkpoint(step, conn, run, iteration, new_messages, planned)
         if planned is None:  # the plan step (if it began) ends with the run
             store.finish_step(conn, idempotency_key(run.run_id, iteration, "plan"), status="failed",
@@ -418,3 +417,10 @@ def _end(step: Step, run: RunRecord, new_messages: list[Message], iteration: int
         result = result_of(ended, status=status, output=output, error_code=code, message=message,
                            recovery_suggestion=RECOVERY_SUGGESTIONS.get(code) if code else None)
         return end_run(step, conn, current, result, **usage)
+
+    return step.locked_run(lambda current: not is_terminal(current.state) and current.iteration == iteration, end)
+
+
+def _planning(iteration: int) -> Callable[[RunRecord], bool]:
+    """The run is still planning this iteration (what a plan step's outcome may be committed to)."""
+    return lambda current: current.state == RunState.PLANNING and current.iteration == iteration

@@ -47,6 +47,23 @@ class Step:
             event_id=derived_event_id(self.env.run_id, type, *key),
         )
 
+    def locked_run(self, fresh: Callable[[RunRecord], bool], then: Callable[[Connection, RunRecord], list[Envelope]],
+                   *, first: Callable[[Connection], None] | None = None,
+                   stale: Callable[[RunRecord | None], None] | None = None) -> list[Envelope]:
+        """One transaction holding the run's row: ``then`` when the run is as this handling expects (``fresh``);
+        else the handling is marked done with nothing to publish (an event about a run that has moved on, or ended,
+        is late, not wrong). ``first`` writes what commits either way, before the run is read."""
+        store = self.rt.store
+        with store.tx() as conn:
+            if first is not None:
+                first(conn)
+            run = store.get_run(self.env.run_id, conn, lock=True)
+            if run is None or not fresh(run):
+                if stale is not None:
+                    stale(run)
+                return self.commit(conn, [])
+            return then(conn, run)
+
     def run_ended(self, run_id: str, result: Result, *, redelivery: bool = False) -> Envelope:
         return ended_event(run_id, self.env.trace_id, result, causation_id=self.env.event_id,
                            redelivery_of=self.env.event_id if redelivery else None)

@@ -1,0 +1,5 @@
+"""``python -m agentfleet.cli``."""
+
+from agentfleet.cli.main import main
+
+main()
