@@ -35,9 +35,11 @@ POLYGLOT_TEXT := A goal is published as a message; planner, executor and observe
   as a subprocess in a sandbox of its own, with no network, no view of the worker, and limits on what it may \
   spend. This text is long enough that the index of its words does not fit in one tool result.
 
-## The whole suite: lint, unit, integration (real RabbitMQ, Postgres, Redis on localhost).
+## The whole suite: lint, the import contract (the rooms of docs/architecture.md), unit, integration (real
+## RabbitMQ, Postgres, Redis on localhost), chaos.
 test: install tools
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -q -ra
 
 unit: install
@@ -48,6 +50,7 @@ integration: install
 
 lint: install
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports
 
 ## Benchmarks (benchmarks/README.md): the full run, or sizes small enough for development.
 bench: install

@@ -11,6 +11,7 @@ from typing import Any
 
 from agentfleet.constants import DELEGATE_TOOL
 from agentfleet.errors import ErrorCode, ToolError
+from agentfleet.tools.options import ToolOptions
 from agentfleet.tools.tool import Tool, declare
 
 ABOUT_CHARS = 300  # of a delegate's instructions, in the tool's description
@@ -41,7 +42,7 @@ def delegate_tool(agents: Sequence[str], described: Mapping[str, tuple[str, dict
             instructions, goal_schema = described[name]
             said += (f"\n- {name}: {_short(instructions, ABOUT_CHARS)} Its input: "
                      f"{_short(json.dumps(goal_schema, sort_keys=False), SCHEMA_CHARS)}")
-    return declare(DELEGATE_TOOL, said, schema, func=_handled_by_the_executor)
+    return declare(DELEGATE_TOOL, said, schema, ToolOptions(), func=_handled_by_the_executor)
 
 
 def _short(text: str, limit: int) -> str:

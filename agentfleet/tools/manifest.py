@@ -25,14 +25,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
 from agentfleet import constants as C
 from agentfleet.errors import ConfigurationError
 from agentfleet.sandbox.options import Sandbox, sandbox_of
-from agentfleet.tools.health import Tier
+from agentfleet.tools.options import LargeOutput, ToolOptions
 from agentfleet.tools.sandboxed import sandbox_check
-from agentfleet.tools.tool import Command, LargeOutput, Tool, checked_schema, declare
+from agentfleet.tools.tool import Command, Tool, checked_schema, declare
 
 MANIFEST_SUFFIXES = (".tool.toml", ".tool.json")
 
@@ -46,31 +46,17 @@ def subprocess_tool(
     directory: str | Path | None = None,
     sandbox: Sandbox | dict[str, Any] | None = None,
     max_output: int = C.SUBPROCESS_MAX_OUTPUT,
-    timeout_s: float | None = None,
-    tier: Tier | None = None,
-    idempotent: bool = False,
-    read_only: bool = False,
-    cache_ttl_s: float | None = None,
-    health_check: object = None,
-    fallback: str | None = None,
-    lock: str | None = None,
-    response_limit: int = C.DEFAULT_TOOL_RESPONSE_LIMIT,
-    requires_approval: Any = False,
-    approval_expires_s: float | None = None,
-    large_output: LargeOutput = "artifact",
     source: str | None = None,
-    **unknown: Any,
+    **options: Any,
 ) -> Tool:
     """Declare a tool that runs ``argv`` for each call; ``./x`` in ``argv`` is a file in ``directory``.
 
     ``schema`` is the JSON Schema of its arguments (an object). ``sandbox`` says what it may see and use
     (default: no network, no files but its own, default rlimits). Output over ``response_limit`` is kept
     as an artifact (``large_output="refuse"``: RESPONSE_TOO_LARGE); over ``max_output`` bytes the tool is
-    stopped. The other options are ``@tool``'s.
+    stopped. The other options are ``ToolOptions``, as ``@tool`` takes them.
     """
-    if unknown:
-        raise ConfigurationError(f"subprocess_tool {name!r} got unknown option(s) {', '.join(sorted(unknown))}; "
-                                 f"known: {', '.join(SUBPROCESS_OPTIONS)}")
+    checked = ToolOptions.of("subprocess_tool", name, {"large_output": "artifact", **options})
     if not argv or not all(isinstance(a, str) and a for a in argv):
         raise ConfigurationError(f"tool {name!r}: argv is a non-empty list of non-empty strings")
     folder = Path(directory).resolve() if directory is not None else None
@@ -81,44 +67,28 @@ def subprocess_tool(
             if a.startswith("./") and not (folder / a[2:]).is_file():
                 raise ConfigurationError(f"tool {name!r}: {folder / a[2:]} does not exist")
     box = sandbox_of(sandbox, name)
-    if max_output < response_limit:
+    if max_output < checked.response_limit:
         raise ConfigurationError(f"tool {name!r}: max_output ({max_output}) is below response_limit")
-    return declare(
-        name, description, checked_schema(schema, f"tool {name!r}"), command=Command(tuple(argv), folder, box,
-                                                                                     max_output), source=source,
-        timeout_s=timeout_s, tier=tier, idempotent=idempotent, read_only=read_only, cache_ttl_s=cache_ttl_s,
-        health_check=health_check if health_check is not None else sandbox_check(),
-        fallback=fallback, lock=lock, response_limit=response_limit, requires_approval=requires_approval,
-        approval_expires_s=approval_expires_s, large_output=large_output)
+    if checked.health_check is None:
+        checked = checked.model_copy(update={"health_check": sandbox_check()})
+    return declare(name, description, checked_schema(schema, f"tool {name!r}"), checked,
+                   command=Command(tuple(argv), folder, box, max_output), source=source)
 
 
-SUBPROCESS_OPTIONS = ("description", "schema", "directory", "sandbox", "max_output", "timeout_s", "tier",
-                      "idempotent", "read_only", "cache_ttl_s", "health_check", "fallback", "lock",
-                      "response_limit", "requires_approval", "approval_expires_s", "large_output")
-
-
-class ToolManifest(BaseModel):
-    """A tool declared in a file next to its executable. Unknown keys are configuration errors."""
-
-    model_config = ConfigDict(extra="forbid")
+class ToolManifest(ToolOptions):
+    """A tool declared in a file next to its executable: the file's own keys, then ``ToolOptions`` (a health
+    check is a command line there, approval a yes or no). Unknown keys are configuration errors."""
 
     name: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$")
     description: str = Field(min_length=1)
     command: list[str] = Field(min_length=1)
     parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
     sandbox: Sandbox = Field(default_factory=Sandbox)
-    timeout_s: float | None = Field(default=None, gt=0)
-    tier: Tier | None = None
-    idempotent: bool = False
-    read_only: bool = False
-    cache_ttl_s: float | None = None
-    health_check: list[str] | None = None
-    fallback: str | None = None
-    lock: str | None = None
-    response_limit: int = Field(default=C.DEFAULT_TOOL_RESPONSE_LIMIT, ge=1)
     max_output: int = Field(default=C.SUBPROCESS_MAX_OUTPUT, ge=1)
+    timeout_s: float | None = Field(default=None, gt=0)
+    health_check: list[str] | None = None
+    response_limit: int = Field(default=C.DEFAULT_TOOL_RESPONSE_LIMIT, ge=1)
     requires_approval: bool = False
-    approval_expires_s: float | None = None
     large_output: LargeOutput = "artifact"
 
 
@@ -132,12 +102,11 @@ def load_tool_manifest(path: str | Path) -> Tool:
     except (OSError, UnicodeDecodeError, ValueError, tomllib.TOMLDecodeError) as exc:
         problem = _first(exc) if isinstance(exc, ValidationError) else str(exc)
         raise ConfigurationError(f"tool manifest {file}: {problem}") from None
-    options = manifest.model_dump(exclude={"name", "description", "command", "parameters", "health_check"})
-    options["sandbox"] = manifest.sandbox
+    options = {k: getattr(manifest, k) for k in ToolOptions.names()}
     try:
         return subprocess_tool(manifest.name, manifest.command, description=manifest.description,
                                schema=manifest.parameters, directory=file.parent, source=str(file),
-                               health_check=manifest.health_check, **options)
+                               sandbox=manifest.sandbox, max_output=manifest.max_output, **options)
     except ConfigurationError as exc:
         raise ConfigurationError(f"tool manifest {file}: {exc}") from None
 

@@ -12,30 +12,26 @@ chooses how to run each tool from that data.
 from __future__ import annotations
 
 import inspect
-import string
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, get_type_hints
+from typing import TYPE_CHECKING, Any, get_type_hints
 
 import jsonschema
-from pydantic import BaseModel, ConfigDict, ValidationError, create_model
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
-from agentfleet.constants import DEFAULT_TOOL_RESPONSE_LIMIT, SUBPROCESS_MAX_OUTPUT
+from agentfleet.constants import SUBPROCESS_MAX_OUTPUT
 from agentfleet.errors import ConfigurationError, ErrorCode, ToolError
 from agentfleet.sandbox.options import Sandbox, sandbox_of
-from agentfleet.tools.health import TIERS, HealthCheck, Tier, as_health_check
-from agentfleet.tools.policy import RequiresApproval
+from agentfleet.tools.health import HealthCheck, as_health_check
+from agentfleet.tools.options import ToolOptions
 from agentfleet.tools.sandboxed import python_argv_and_sandbox, sandbox_check
 from agentfleet.tools.workspace import Workspace
 
 if TYPE_CHECKING:
     from agentfleet.config.settings import Settings  # the timeout tiers' values; tools sit below config
-
-LargeOutput = Literal["refuse", "artifact"]
-
 
 class ToolCancelled(ToolError):
     """Raised by ``ToolContext.heartbeat`` once the call should stop: its run was cancelled, or it timed out."""
@@ -156,26 +152,17 @@ class Produced:
     artifacts: tuple[tuple[dict[str, Any], Any], ...] = ()
 
 
-@dataclass(frozen=True)
-class Tool:
+class Tool(ToolOptions):
+    """A declared tool: what the model sees (name, description, parameters), how its arguments are bound, how it
+    runs (a function in the executor, or a ``Command`` in the sandbox), and its options. Made by ``declare``."""
+
     name: str
     description: str
     func: Callable[..., Any] | None
     args_model: type[BaseModel] | None  # None: arguments are checked against ``parameters`` (JSON Schema)
     context_param: str | None = None
-    timeout_s: float | None = None
-    tier: Tier | None = None
-    idempotent: bool = False
-    read_only: bool = False
-    cache_ttl_s: float | None = None  # read-only tools: how long a result is reused (None: the fleet default)
-    health_check: HealthCheck | None = None
-    fallback: str | None = None  # offered in this tool's place while it is down
-    lock: str | None = None  # a resource lock template over the arguments, e.g. "ticket:{ticket_id}"
-    response_limit: int = DEFAULT_TOOL_RESPONSE_LIMIT
-    parameters: dict[str, Any] = field(default_factory=dict)
-    requires_approval: RequiresApproval = False  # True, or a function of the arguments
-    approval_expires_s: float | None = None  # an unanswered request is denied after this (None: never)
-    large_output: LargeOutput = "refuse"  # over response_limit: refused, or kept as an artifact the model can read
+    health_check: HealthCheck | None = None  # the declared check, resolved
+    parameters: dict[str, Any] = Field(default_factory=dict)
     command: Command | None = None  # a process of its own in the sandbox; None: the function runs in the executor
     source: str | None = None  # where it was declared: a module, a manifest file, a plugin
 
@@ -260,135 +247,55 @@ def tool(
     *,
     name: str | None = None,
     description: str | None = None,
-    timeout_s: float | None = None,
-    tier: Tier | None = None,
-    idempotent: bool = False,
-    read_only: bool = False,
-    cache_ttl_s: float | None = None,
-    health_check: object = None,
-    fallback: str | None = None,
-    lock: str | None = None,
-    response_limit: int = DEFAULT_TOOL_RESPONSE_LIMIT,
-    requires_approval: RequiresApproval = False,
-    approval_expires_s: float | None = None,
-    large_output: LargeOutput = "refuse",
     sandbox: Any = None,
-    **unknown: Any,
+    **options: Any,
 ) -> Any:
     """Declare a tool. Usable bare (``@tool``) or with options (``@tool(idempotent=True)``).
 
-    ``tier`` (``model``, ``database``, ``http``, ``local``) sets the timeout by what the tool calls;
-    ``timeout_s`` overrides it. ``health_check`` (a function, a command line, or a shared check's
-    name) decides fleet-wide whether the tool is offered; ``fallback`` names the agent's tool
-    offered in its place while it is down. ``read_only`` tools are idempotent and their results are
-    cached for ``cache_ttl_s``. ``lock`` is a resource held while a call runs, built from its
-    arguments (``"ticket:{ticket_id}"``). ``requires_approval`` (True, or a function of the arguments
-    returning whether to ask) parks each call until a person approves or denies it; an unanswered
-    request is denied after ``approval_expires_s``. ``large_output="artifact"`` keeps a result over
-    ``response_limit`` as an artifact and shows the model its head (default: RESPONSE_TOO_LARGE).
-    ``sandbox`` (True, or a ``Sandbox``) runs each call as a subprocess in the sandbox, killed at its
-    timeout, instead of in a thread of the executor. An option not listed here is a configuration error.
+    ``name`` and ``description`` default to the function's name and the first paragraph of its docstring.
+    ``sandbox`` (True, or a ``Sandbox``) runs each call as a subprocess in the sandbox, killed at its timeout,
+    instead of in a thread of the executor. The other options are ``ToolOptions``; any other is a
+    configuration error.
     """
-    if unknown:
-        raise ConfigurationError(f"@tool got unknown option(s) {', '.join(sorted(unknown))}; known: "
-                                 f"{', '.join(TOOL_OPTIONS)}")
-    options = {k: v for k, v in locals().items()
-               if k in TOOL_OPTIONS and k not in ("name", "description", "sandbox")}
+    ToolOptions.refuse_unknown("@tool", options)
 
     def wrap(fn: Callable[..., Any]) -> Tool:
         tool_name = name or fn.__name__
+        checked = ToolOptions.of("@tool", tool_name, options)
         desc = description or (inspect.getdoc(fn) or "").split("\n\n")[0].strip()
         if not desc:
             raise ConfigurationError(f"tool {tool_name!r} needs a description (a docstring) for the model")
         args_model, context_param = _arguments_model(fn, tool_name)
         schema = args_model.model_json_schema()
         schema.pop("title", None)
-        command = None
+        command, settled = None, checked
         if sandbox:  # recorded as data: the function's module is imported again in a sandboxed process
             argv, widened = python_argv_and_sandbox(fn, tool_name, sandbox_of(sandbox, tool_name))
             command = Command(tuple(argv), None, widened)
-            if options["health_check"] is None:
-                options["health_check"] = sandbox_check()
-        return declare(tool_name, desc, schema, func=fn, command=command,
-                       args_model=args_model, context_param=context_param,
-                       source=getattr(fn, "__module__", None), **options)
+            if checked.health_check is None:
+                settled = checked.model_copy(update={"health_check": sandbox_check()})
+        return declare(tool_name, desc, schema, settled, func=fn, command=command, args_model=args_model,
+                       context_param=context_param, source=getattr(fn, "__module__", None))
 
     return wrap(func) if func is not None else wrap
 
 
-def declare(name: str, description: str, parameters: dict[str, Any], *, func: Callable[..., Any] | None = None,
-            args_model: type[BaseModel] | None = None, context_param: str | None = None,
-            command: Command | None = None, source: str | None = None, timeout_s: float | None = None,
-            tier: Tier | None = None, idempotent: bool = False, read_only: bool = False,
-            cache_ttl_s: float | None = None, health_check: object = None, fallback: str | None = None,
-            lock: str | None = None, response_limit: int = DEFAULT_TOOL_RESPONSE_LIMIT,
-            requires_approval: RequiresApproval = False, approval_expires_s: float | None = None,
-            large_output: LargeOutput = "refuse") -> Tool:
-    """A tool of any kind, its shared options checked: the one place a declaration becomes a ``Tool``."""
+def declare(name: str, description: str, parameters: dict[str, Any], options: ToolOptions, *,
+            func: Callable[..., Any] | None = None, args_model: type[BaseModel] | None = None,
+            context_param: str | None = None, command: Command | None = None, source: str | None = None) -> Tool:
+    """A tool of any kind, its options checked against its arguments: the one place a declaration becomes a
+    ``Tool``."""
     if not description:
         raise ConfigurationError(f"tool {name!r} needs a description (a docstring) for the model")
-    if tier is not None and tier not in TIERS:
-        raise ConfigurationError(f"tool {name!r}: tier must be one of {', '.join(TIERS)}")
-    for what, value in (("timeout_s", timeout_s), ("cache_ttl_s", cache_ttl_s)):
-        if value is not None and value < 0:
-            raise ConfigurationError(f"tool {name!r}: {what} cannot be negative")
-    if approval_expires_s is not None and approval_expires_s <= 0:
-        raise ConfigurationError(f"tool {name!r}: approval_expires_s must be positive")
-    if not isinstance(requires_approval, bool) and not callable(requires_approval):
-        raise ConfigurationError(f"tool {name!r}: requires_approval is True/False or a function of the "
-                                 "arguments")
-    if requires_approval and read_only:
-        raise ConfigurationError(f"tool {name!r}: a read_only tool's results are cached and reused; it "
-                                 "cannot also require approval")
-    if cache_ttl_s is not None and not read_only:
-        raise ConfigurationError(f"tool {name!r}: cache_ttl_s is for read_only tools")
-    if fallback == name:
-        raise ConfigurationError(f"tool {name!r} cannot be its own fallback")
-    if large_output not in ("refuse", "artifact"):
-        raise ConfigurationError(f"tool {name!r}: large_output is 'refuse' or 'artifact'")
-    if response_limit < 1:
-        raise ConfigurationError(f"tool {name!r}: response_limit must be positive")
+    options.check(name)
     params = set(args_model.model_fields) if args_model is not None else set(parameters.get("properties", {}))
-    _check_lock_template(lock, name, params)
-    return Tool(
-        name=name,
-        description=description,
-        func=func,
-        args_model=args_model,
-        context_param=context_param,
-        timeout_s=timeout_s,
-        tier=tier,
-        idempotent=idempotent or read_only,
-        read_only=read_only,
-        cache_ttl_s=cache_ttl_s,
-        health_check=as_health_check(health_check, name, tier or "local"),
-        fallback=fallback,
-        lock=lock,
-        response_limit=response_limit,
-        parameters=parameters,
-        requires_approval=requires_approval,
-        approval_expires_s=approval_expires_s,
-        large_output=large_output,
-        command=command,
-        source=source,
-    )
-
-
-TOOL_OPTIONS = tuple(p for p in inspect.signature(tool).parameters if p not in ("func", "unknown"))
-
-
-def _check_lock_template(template: str | None, tool_name: str, params: set[str]) -> None:
-    """A lock names plain arguments only: no attribute or index access, nothing the model does not send."""
-    if template is None:
-        return
-    try:
-        fields = [f for _, f, _, _ in string.Formatter().parse(template) if f is not None]
-    except ValueError as exc:
-        raise ConfigurationError(f"tool {tool_name!r}: lock template {template!r}: {exc}") from None
-    for f in fields:
-        if not f.isidentifier() or f not in params:
-            raise ConfigurationError(f"tool {tool_name!r}: lock template {template!r} names {f!r}, which is not "
-                                     f"one of its arguments ({', '.join(sorted(params)) or 'none'})")
+    options.check_lock(name, params)
+    values = options.model_dump(exclude={"health_check"})
+    values["idempotent"] = options.idempotent or options.read_only
+    return Tool.model_construct(  # every field checked above, or made by the harness's own code
+        **values, name=name, description=description, func=func, args_model=args_model,
+        context_param=context_param, health_check=as_health_check(options.health_check, name, options.tier or "local"),
+        parameters=parameters, command=command, source=source)
 
 
 def _arguments_model(fn: Callable[..., Any], tool_name: str) -> tuple[type[BaseModel], str | None]:
