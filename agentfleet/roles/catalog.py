@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from agentfleet.events.envelope import EventType
 from agentfleet.events.topology import CONSUMERS
-from agentfleet.roles import executor, observer, planner
+from agentfleet.roles import approvals, delegation, executor, observer, planner
 from agentfleet.roles.step import Handler
 
 HANDLERS: dict[EventType, Handler] = {
@@ -17,9 +17,9 @@ HANDLERS: dict[EventType, Handler] = {
     EventType.RUN_COMPLETED: observer.on_run_ended,
     EventType.RUN_FAILED: observer.on_run_ended,
     EventType.TOOL_HEALTH_CHANGED: observer.on_tool_health_changed,
-    EventType.APPROVAL_REQUESTED: observer.on_approval_requested,
-    EventType.APPROVAL_RESOLVED: observer.on_approval_resolved,
-    EventType.DELEGATION_STARTED: observer.on_delegation_started,
+    EventType.APPROVAL_REQUESTED: approvals.on_approval_requested,
+    EventType.APPROVAL_RESOLVED: approvals.on_approval_resolved,
+    EventType.DELEGATION_STARTED: delegation.on_delegation_started,
     EventType.DOMAIN_EVENT: observer.on_domain_event,
 }
 assert set(HANDLERS) == set(CONSUMERS), "every consumed event type has exactly one handler"

@@ -1,4 +1,6 @@
-"""Delegation: an agent's call of the built-in ``delegate`` tool becomes a child run, and its Result the answer.
+"""Delegation, every path in one place: an agent's call of the built-in ``delegate`` tool becomes a child run
+(handed off by the planner, or by the executor once a person approved it), the parent waits for its children,
+and a child's Result becomes the parent call's answer.
 
 Agents never call each other. Handling a ``delegate`` call publishes the child's
 ``goal.submitted`` (with the parent's run and call; the child's goal id derived from
@@ -14,30 +16,33 @@ checks every ancestor's limits too (siblings draw on one budget, live).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from sqlalchemy import Connection
 
 from agentfleet.agents.registry import Agent
 from agentfleet.constants import DELEGATE_TOOL
-from agentfleet.errors import ErrorCode, ToolError
+from agentfleet.errors import AgentfleetError, ErrorCode, ToolError
 from agentfleet.events.contracts import Result, ResultStatus
 from agentfleet.events.envelope import (
+    DelegationStarted,
     Envelope,
     EventType,
     GoalSubmitted,
     ParentCall,
     RunCancelRequested,
     ToolFinished,
+    ToolRequested,
 )
 from agentfleet.loop.budgets import Limits, Termination, remaining
 from agentfleet.loop.decisions import schema_errors
 from agentfleet.loop.keys import child_goal_id, derived_event_id, idempotency_key, run_id_for
-from agentfleet.loop.states import is_terminal
+from agentfleet.loop.states import RunState, is_terminal
 from agentfleet.loop.transcript import ToolCall, ToolResult
+from agentfleet.roles.approvals import policy_verdict
 from agentfleet.roles.step import Step
 from agentfleet.store.records import RunRecord
-from agentfleet.tools.policy import evaluate
 
 DELEGATED = "delegated"  # a step whose call a child run answers
 CHILD_FAILED_HINT = "Decide with this: call the agent again with a better input, ask another agent, or give up."
@@ -85,12 +90,8 @@ def planner_hands_off(step: Step, agent: Agent, call: ToolCall) -> bool:
     ``delegate`` call no policy sends to a person. One that needs approval goes to the executor, which parks it."""
     if call.name != DELEGATE_TOOL or not agent.delegates:
         return False
-    try:
-        arguments = agent.tools[DELEGATE_TOOL].bound_json(call.arguments)  # rules decide on what will run
-    except ToolError:
-        return True  # refused as INVALID_ARGUMENTS in the hand-off, which runs nothing
-    verdict = evaluate(call.name, arguments, rules=(*agent.approval_rules, *step.rt.settings.rules))
-    return verdict.action == "allow"
+    _, verdict = policy_verdict(step, agent, agent.tools[DELEGATE_TOOL], call.arguments)
+    return verdict is None or verdict.action == "allow"  # no verdict: nothing to decide, or the hand-off refuses
 
 
 def hand_off_from_planner(step: Step, conn: Connection, parent: RunRecord, agent: Agent, iteration: int,
@@ -147,3 +148,56 @@ def cancel_children(step: Step, conn: Connection, run: RunRecord, reason: str) -
                          trace_id=step.env.trace_id, causation_id=step.env.event_id,
                          event_id=derived_event_id(child.run_id, "parent-ended"))
             for child in step.rt.store.children(run.run_id, conn) if not is_terminal(child.state)]
+
+
+def is_delegation(step: Step, req: ToolRequested) -> bool:
+    agent = step.rt.agent(req.agent)
+    return req.call.name == DELEGATE_TOOL and agent is not None and bool(agent.delegates)
+
+
+def delegate(step: Step, req: ToolRequested, key: str, arguments: dict[str, Any]) -> ToolResult | list[Envelope]:
+    """Start the child run (committed with the step marked delegated), or why it cannot start. The planner
+    hands most delegations off itself; a call a policy parked for a person arrives here once approved."""
+    store = step.rt.store
+    agent = step.rt.agent(req.agent)
+    parent = store.get_run(step.env.run_id)
+    assert agent is not None
+    if parent is None:
+        raise AgentfleetError(f"delegation from run {step.env.run_id}, which is not in the store")
+    refused = refusal(step, parent, agent, arguments)
+    if refused is not None:
+        return refused
+    goal = child_goal(step, parent, req.iteration, req.call, req.sibling_call_ids, arguments)
+    started = step.event(EventType.DELEGATION_STARTED, DelegationStarted(  # the parent may now wait
+        agent=parent.agent, iteration=req.iteration, call_id=req.call.id, child_run_id=goal.run_id,
+        sibling_call_ids=req.sibling_call_ids), key=(req.iteration, req.call.id, "delegated"))
+    with store.tx() as conn:
+        store.finish_step(conn, key, status=DELEGATED, output={"child_run_id": goal.run_id}, duration_ms=0.0)
+        return step.commit(conn, [goal, started])
+
+
+def wait_for_children(step: Step, conn: Connection, run: RunRecord, expected: list[str],
+                       received: Iterable[str]) -> None:
+    """EXECUTING → WAITING_CHILDREN once every call still out is answered by a child run, not a worker."""
+    if run.state != RunState.EXECUTING:
+        return
+    agent = step.rt.agent(run.agent)
+    if agent is not None and not agent.delegates:
+        return
+    outstanding = set(expected) - set(received)
+    if outstanding and outstanding <= step.rt.store.delegated_calls(conn, run.run_id, run.iteration):
+        step.rt.store.transition(conn, run, RunState.WAITING_CHILDREN)
+
+
+def on_delegation_started(step: Step) -> list[Envelope]:
+    """A call of this run went to a child run: the run waits once nothing else of its iteration runs."""
+    started = step.env.body()
+    assert isinstance(started, DelegationStarted)
+    store = step.rt.store
+
+    def wait(conn: Connection, run: RunRecord) -> list[Envelope]:
+        received = [o["call_id"] for o in store.observations(conn, run.run_id, started.iteration)]
+        wait_for_children(step, conn, run, started.sibling_call_ids, received)
+        return step.commit(conn, [])
+
+    return step.locked_run(lambda run: run.iteration == started.iteration, wait)

@@ -2,25 +2,21 @@
 
 Results of one iteration arrive in any order on any observer; the run row's
 lock serialises them, so exactly one handling sees the set complete. When the only
-calls still out are parked for a person, the run waits (WAITING_APPROVAL); an answer
-sends the parked call back to the executors, and its result fans in like any other.
+calls still out are parked for a person (``approvals``) or answered by child runs
+(``delegation``), the run waits; their answers fan in like any other result.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
 
 from sqlalchemy import Connection
 
 from agentfleet import constants as C
-from agentfleet.errors import RECOVERY_SUGGESTIONS, ErrorCode, MalformedEvent
+from agentfleet.errors import RECOVERY_SUGGESTIONS, ErrorCode
 from agentfleet.events.contracts import DomainNotice, Result, ResultStatus, RunNotice, ToolHealthNotice
 from agentfleet.events.domain import chain_bound, conflict, generation_of, started_by
 from agentfleet.events.envelope import (
-    ApprovalRequested,
-    ApprovalResolved,
-    DelegationStarted,
     DomainEvent,
     Envelope,
     EventType,
@@ -31,14 +27,12 @@ from agentfleet.events.envelope import (
     RunEnded,
     ToolFinished,
     ToolHealthChanged,
-    ToolRequested,
 )
-from agentfleet.loop.decisions import fan_in_complete, waits_on_people
+from agentfleet.loop.decisions import fan_in_complete
 from agentfleet.loop.keys import derived_event_id, parent_of, run_id_for
 from agentfleet.loop.states import RunState, is_terminal
 from agentfleet.loop.transcript import ToolResult
-from agentfleet.roles import delegation
-from agentfleet.roles.approvals import notice
+from agentfleet.roles import approvals, delegation
 from agentfleet.roles.step import Step, end_run, result_of
 from agentfleet.store.records import RunRecord
 
@@ -55,8 +49,8 @@ def on_tool_finished(step: Step) -> list[Envelope]:
                                  tool=done.tool, result=done.result.model_dump(mode="json"))
         received = {o["call_id"]: o for o in store.observations(conn, run.run_id, done.iteration)}
         if not fan_in_complete(done.sibling_call_ids, received):
-            _wait_if_parked(step, conn, run, done.sibling_call_ids, received)
-            _wait_for_children(step, conn, run, done.sibling_call_ids, received)
+            approvals.wait_if_parked(step, conn, run, done.sibling_call_ids, received)
+            delegation.wait_for_children(step, conn, run, done.sibling_call_ids, received)
             return step.commit(conn, [])
         if not store.transition(conn, run, RunState.OBSERVING):
             return step.commit(conn, [])
@@ -79,90 +73,6 @@ def on_tool_finished(step: Step) -> list[Envelope]:
 
 
 _FANNING_IN = (RunState.EXECUTING, RunState.WAITING_APPROVAL, RunState.WAITING_CHILDREN)
-
-
-def _wait_for_children(step: Step, conn: Connection, run: RunRecord, expected: list[str],
-                       received: Iterable[str]) -> None:
-    """EXECUTING → WAITING_CHILDREN once every call still out is answered by a child run, not a worker."""
-    if run.state != RunState.EXECUTING:
-        return
-    agent = step.rt.agent(run.agent)
-    if agent is not None and not agent.delegates:
-        return
-    outstanding = set(expected) - set(received)
-    if outstanding and outstanding <= step.rt.store.delegated_calls(conn, run.run_id, run.iteration):
-        step.rt.store.transition(conn, run, RunState.WAITING_CHILDREN)
-
-
-def on_delegation_started(step: Step) -> list[Envelope]:
-    """A call of this run went to a child run: the run waits once nothing else of its iteration runs."""
-    started = step.env.body()
-    assert isinstance(started, DelegationStarted)
-    store = step.rt.store
-
-    def wait(conn: Connection, run: RunRecord) -> list[Envelope]:
-        received = [o["call_id"] for o in store.observations(conn, run.run_id, started.iteration)]
-        _wait_for_children(step, conn, run, started.sibling_call_ids, received)
-        return step.commit(conn, [])
-
-    return step.locked_run(lambda run: run.iteration == started.iteration, wait)
-
-
-def _wait_if_parked(step: Step, conn: Connection, run: RunRecord, expected: list[str], received: Iterable[str]
-                    ) -> None:
-    """EXECUTING → WAITING_APPROVAL once every call still out is parked (other calls were never held back).
-    An agent none of whose calls can be parked costs no query (an agent this observer does not load might)."""
-    if run.state != RunState.EXECUTING:
-        return
-    agent = step.rt.agent(run.agent)
-    if agent is not None and not agent.asks_approval and not step.rt.settings.rules:
-        return
-    if waits_on_people(expected, received, step.rt.store.parked_calls(conn, run.run_id, run.iteration)):
-        step.rt.store.transition(conn, run, RunState.WAITING_APPROVAL)
-
-
-def on_approval_requested(step: Step) -> list[Envelope]:
-    """Announce the request on the public exchange; the run waits once nothing else of its iteration runs."""
-    asked = step.env.body()
-    assert isinstance(asked, ApprovalRequested)
-    store, publisher = step.rt.store, step.rt.publisher
-    record = store.approval(asked.approval_id)
-    if record is not None:
-        body = notice(record, as_requested=True)
-        publisher.publish_json(publisher.topology.public, body.type, body.model_dump(mode="json"),
-                               declare=[publisher.topology.public])
-
-    def wait(conn: Connection, run: RunRecord) -> list[Envelope]:
-        received = [o["call_id"] for o in store.observations(conn, run.run_id, asked.iteration)]
-        _wait_if_parked(step, conn, run, asked.sibling_call_ids, received)
-        return step.commit(conn, [])
-
-    return step.locked_run(lambda run: run.iteration == asked.iteration, wait)
-
-
-def on_approval_resolved(step: Step) -> list[Envelope]:
-    """Announce the answer and send the parked call on: the executor runs it (approved, maybe with edited
-    arguments) or answers the model APPROVAL_DENIED / APPROVAL_EXPIRED, and its result fans in as usual."""
-    answered = step.env.body()
-    assert isinstance(answered, ApprovalResolved)
-    store, publisher = step.rt.store, step.rt.publisher
-    record = store.approval(answered.approval_id)
-    if record is None or record.pending:
-        raise MalformedEvent(f"approval.resolved for {answered.approval_id}, which has no answer recorded")
-    body = notice(record)
-    publisher.publish_json(publisher.topology.public, body.type, body.model_dump(mode="json"),
-                           declare=[publisher.topology.public])
-
-    def send_on(conn: Connection, run: RunRecord) -> list[Envelope]:
-        if run.state == RunState.WAITING_APPROVAL:
-            store.transition(conn, run, RunState.EXECUTING)
-        request = ToolRequested.model_validate({**record.request, "approval_id": record.approval_id})
-        event = step.event(EventType.TOOL_REQUESTED, request, key=(record.iteration, record.call_id, "answered"))
-        return step.commit(conn, [event])
-
-    # stale: the run ended (cancelled, past its deadline) while it waited
-    return step.locked_run(lambda run: not is_terminal(run.state) and run.iteration == record.iteration, send_on,
-                           first=lambda conn: store.mark_applied(conn, record.approval_id))
 
 
 def on_cancel_requested(step: Step) -> list[Envelope]:
