@@ -86,3 +86,30 @@ def plan_redrive(*, state: RunState, iteration: int, elapsed_s: float, deadline_
     if not events:
         return Redrive(Action.UNKNOWN, f"no stored {wanted[0]} for iteration {wanted[1]}")
     return Redrive(Action.REPUBLISH, f"{state.value} at iteration {iteration} with nothing in flight", events)
+
+
+class CallResume(StrEnum):
+    """How the executor goes on with a tool call it is handed, from what its step recorded: a call is never
+    run again once it has an outcome, and an outcome an earlier attempt knew is committed, not recomputed."""
+
+    CHILD_ANSWERS = "child-answers"  # handed to a child run before: its Result will answer the call
+    DELEGATE = "delegate"  # a delegate call met for the first time: start the child run (or say why not)
+    STORED = "stored"  # finished before: its stored result, never run again
+    CARRIED = "carried"  # ran before a database outage: commit the result the retry carried
+    ANSWERED = "answered"  # the policy or a person answered it: nothing runs
+    RUN = "run"  # run it (the attempt itself says UNKNOWN_OUTCOME for a non-idempotent tool that died mid-call)
+
+
+def resume_call(*, status: str, delegated: str, carried: bool, answered: bool, delegation: bool) -> CallResume:
+    """The move for one tool call. ``status`` is its step's (``started`` while it has no outcome; ``delegated``
+    names the delegated status); ``carried``: the retry carries an outcome; ``answered``: the policy or a person
+    gave one; ``delegation``: a ``delegate`` call of an agent that delegates."""
+    if status == delegated:
+        return CallResume.CHILD_ANSWERS
+    if status != "started":
+        return CallResume.STORED
+    if carried:
+        return CallResume.CARRIED
+    if answered:
+        return CallResume.ANSWERED
+    return CallResume.DELEGATE if delegation else CallResume.RUN

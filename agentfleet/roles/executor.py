@@ -25,6 +25,7 @@ from agentfleet.events.envelope import (
     ToolRequested,
 )
 from agentfleet.hooks.base import UNKNOWN_TOOL, ToolCallInfo
+from agentfleet.loop.recovery import CallResume, resume_call
 from agentfleet.loop.transcript import ToolResult
 from agentfleet.roles import approvals, delegation
 from agentfleet.roles.retry import CommitPending, InFlight, outcome_at_risk
@@ -51,23 +52,25 @@ def on_tool_requested(step: Step) -> list[Envelope]:
         )
         ran = False
         published: list[tuple[str, dict[str, Any]]] = []  # domain events the call published
-        if record.status == DELEGATED:  # handed to a child run before: its Result will answer the call
+        how = resume_call(status=record.status, delegated=delegation.DELEGATED, carried=step.carried is not None,
+                          answered=cleared.answer is not None, delegation=delegation.is_delegation(step, req))
+        if how is CallResume.CHILD_ANSWERS:
             with store.tx() as conn:
                 return step.commit(conn, [])
-        delegating = (record.status == "started" and step.carried is None and cleared.answer is None
-                      and delegation.is_delegation(step, req))
-        refused = delegation.delegate(step, req, key, cleared.arguments) if delegating else None
-        if isinstance(refused, list):
-            return refused  # the child's goal is out; this call is answered when the child ends
-        if refused is not None:
-            result = refused
-        elif record.status != "started":
-            result = ToolResult.model_validate(record.output)  # finished before: never run it again
-        elif step.carried is not None:
-            result = ToolResult.model_validate(step.carried["tool_result"])  # ran before an outage: commit it
+        if how is CallResume.DELEGATE:
+            started = delegation.delegate(step, req, key, cleared.arguments)
+            if isinstance(started, list):
+                return started  # the child's goal is out; this call is answered when the child ends
+            result = started  # why the child could not start
+        elif how is CallResume.STORED:
+            result = ToolResult.model_validate(record.output)
+        elif how is CallResume.CARRIED:
+            assert step.carried is not None
+            result = ToolResult.model_validate(step.carried["tool_result"])
             published = [(n, p) for n, p in step.carried.get("published", [])]
             ran = True
-        elif cleared.answer is not None:
+        elif how is CallResume.ANSWERED:
+            assert cleared.answer is not None
             result = cleared.answer
         else:
             result, ran, published = _attempt(step, req, record.attempts, cleared.arguments)
@@ -103,7 +106,6 @@ def on_tool_requested(step: Step) -> list[Envelope]:
         return events
 
 
-DELEGATED = delegation.DELEGATED
 
 
 def _call_info(step: Step, req: ToolRequested, attempt: int, ran: bool) -> ToolCallInfo:

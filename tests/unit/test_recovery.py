@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentfleet.loop.recovery import Action, plan_redrive
+from agentfleet.loop.recovery import Action, CallResume, plan_redrive, resume_call
 from agentfleet.loop.states import RunState
 
 
@@ -66,3 +66,18 @@ def test_a_run_whose_next_event_may_be_behind_a_backlog_is_waiting_not_stalled()
     assert waiting_in_line(RunState.PLANNING, ready) == 0
     assert waiting_in_line(RunState.WAITING_APPROVAL, ready) == 0
     assert waiting_in_line(RunState.EXECUTING, {}) == 0  # depths unknown: judged on its own signs
+
+
+def test_a_call_with_an_outcome_is_never_run_again_and_a_carried_outcome_is_committed_as_it_was() -> None:
+    def how(status: str = "started", *, carried: bool = False, answered: bool = False,
+            delegation: bool = False) -> CallResume:
+        return resume_call(status=status, delegated="delegated", carried=carried, answered=answered,
+                           delegation=delegation)
+
+    assert how() == CallResume.RUN
+    assert how(delegation=True) == CallResume.DELEGATE
+    assert how("delegated", delegation=True) == CallResume.CHILD_ANSWERS  # its child answers: start none again
+    for done in ("succeeded", "failed"):  # whatever the retry carries or a person said since
+        assert how(done, carried=True, answered=True, delegation=True) == CallResume.STORED
+    assert how(carried=True, answered=True, delegation=True) == CallResume.CARRIED  # ran before an outage
+    assert how(answered=True, delegation=True) == CallResume.ANSWERED  # denied: no child run starts
