@@ -40,7 +40,12 @@ from typing import IO, TYPE_CHECKING, Any
 
 from sqlalchemy.engine import make_url
 
-from agentfleet.constants import REDACTED, SECRET_NAME
+# Arguments masked wherever people or other systems see them (approval requests, the CLI).
+# ("token" but not "tokens": input_tokens and max_tokens are counts, not credentials.)
+SECRET_NAME = (r"(?i)(pass(word|wd|phrase)?|secret|token(?!s)|api[_-]?key|authori[sz]ation|credential"
+                      r"|private[_-]?key|cookie)")
+REDACTED = "***"
+
 
 if TYPE_CHECKING:
     from agentfleet.config.settings import Settings

@@ -34,8 +34,12 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from agentfleet import constants as C
 from agentfleet.errors import ConfigurationError
+
+# Plugins: the entry point group installed packages declare, and the manifest a plugin folder holds.
+PLUGIN_GROUP = "agentfleet.plugins"
+PLUGIN_MANIFEST = "agentfleet-plugin.toml"
+
 
 NAME_PATTERN = r"^[a-z][a-z0-9_-]{0,63}$"
 
@@ -101,15 +105,15 @@ def discover(paths: Sequence[str | Path] = (), *, entry_points: bool = True) -> 
     """Every plugin installed (entry points) or in ``paths`` (a plugin folder, or a folder of them)."""
     found: list[PluginSpec] = []
     if entry_points:
-        found += [_from_entry_point(ep) for ep in importlib.metadata.entry_points(group=C.PLUGIN_GROUP)]
+        found += [_from_entry_point(ep) for ep in importlib.metadata.entry_points(group=PLUGIN_GROUP)]
     for path in paths:
         root = Path(path).expanduser().resolve()
         if not root.is_dir():
             raise ConfigurationError(f"plugin path {root} is not a folder")
-        if (root / C.PLUGIN_MANIFEST).is_file():
+        if (root / PLUGIN_MANIFEST).is_file():
             found.append(_from_folder(root))
         else:
-            found += [_from_folder(d) for d in sorted(root.iterdir()) if (d / C.PLUGIN_MANIFEST).is_file()]
+            found += [_from_folder(d) for d in sorted(root.iterdir()) if (d / PLUGIN_MANIFEST).is_file()]
     return found
 
 
@@ -225,15 +229,15 @@ def _from_entry_point(ep: importlib.metadata.EntryPoint) -> PluginSpec:
 
 
 def _from_folder(folder: Path) -> PluginSpec:
-    file = folder / C.PLUGIN_MANIFEST
+    file = folder / PLUGIN_MANIFEST
     try:
         manifest = PluginManifest.model_validate(tomllib.loads(file.read_text()))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise ConfigurationError(f"plugin folder {folder}: {C.PLUGIN_MANIFEST}: {exc}") from None
+        raise ConfigurationError(f"plugin folder {folder}: {PLUGIN_MANIFEST}: {exc}") from None
     except ValidationError as exc:
         err = exc.errors()[0]
         where = ".".join(str(p) for p in err["loc"])
-        raise ConfigurationError(f"plugin folder {folder}: {C.PLUGIN_MANIFEST}: {where}: {err['msg']}") from None
+        raise ConfigurationError(f"plugin folder {folder}: {PLUGIN_MANIFEST}: {where}: {err['msg']}") from None
     top = manifest.entry.split(".")[0]
     if not ((folder / f"{top}.py").is_file() or (folder / top / "__init__.py").is_file()):
         raise ConfigurationError(f"plugin {manifest.name!r} (folder {folder}): its entry {manifest.entry!r} is not "

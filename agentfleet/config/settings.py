@@ -16,6 +16,43 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from agentfleet import constants
 from agentfleet.models.pricing import ModelPrice, use_price_overrides
 from agentfleet.models.ratelimit import ModelRateLimit
+from agentfleet.tools.health import TIER_TIMEOUTS_S
+
+# Triggered runs: how many triggers deep one causal chain may go (an agent whose tool publishes the event that
+# triggers it would otherwise start a run every second, forever), and how many runs one trace may hold in all.
+TRIGGER_MAX_DEPTH = 8
+TRACE_MAX_RUNS = 500
+# Steps: how many times one step may be attempted before its message is poison.
+MAX_STEP_ATTEMPTS = 3
+# The inbox: limits on what one message may cost a worker (settings override them).
+INBOX_MAX_BYTES = 1024 * 1024
+MAX_DECOMPRESSED_BYTES = 4 * 1024 * 1024
+STEP_RETRY_MAX_DELAY_S = 15.0
+STEP_RETRY_WINDOW_S = 300.0
+# Stuck runs: how long a live run may show no activity before the sweeper re-drives it.
+STALL_AFTER_S = 120.0
+SWEEP_INTERVAL_S = 15.0
+# Tools.
+DEFAULT_TOOL_TIMEOUT_S = 30.0
+HEALTH_TTL_HEALTHY_S = 30.0
+HEALTH_TTL_DOWN_S = 5.0
+HEALTH_TICK_S = 0.25  # how often executors look for expired entries
+GATE_VIEW_S = 1.0  # how long a planner reuses an all-healthy view of its tools
+BREAKER_FAILURES = 5
+BREAKER_WINDOW_S = 60.0
+BREAKER_COOLDOWN_S = 30.0
+TOOL_CACHE_TTL_S = 60.0
+# Approvals: how often observers expire unanswered requests and apply answers whose event was lost
+# (or that the CLI wrote beside an embedded fleet, which has no broker another process can reach).
+APPROVAL_POLL_S = 1.0
+# How long a starting worker or a CLI command keeps trying to reach the broker, the database and Redis
+# before it exits non-zero naming the setting (a running worker rides out outages without limit).
+CONNECT_TIMEOUT_S = 30.0
+# Embedded mode: kombu's memory transport polls; 1 s default makes each hop slow.
+EMBEDDED_POLLING_INTERVAL_S = 0.005
+EMBEDDED_DATABASE_URL = "sqlite:///.agentfleet/agentfleet.db"
+DEFAULT_WORKSPACE = ".agentfleet/workspace"  # what file tools may touch when AGENTFLEET_WORKSPACE is unset
+
 
 if TYPE_CHECKING:
     from agentfleet.models.retrying import RetryPolicy
@@ -43,51 +80,51 @@ class Settings(BaseSettings):
     plugin_entry_points: bool = True
     # Root that file tools may touch; paths outside it are refused. Not the current directory by default: that
     # is usually a project, with its .env and .git/config; a dedicated folder, made at start, unless one is named.
-    workspace: Path = Field(default_factory=lambda: Path(constants.DEFAULT_WORKSPACE))
+    workspace: Path = Field(default_factory=lambda: Path(DEFAULT_WORKSPACE))
     log_level: str = "INFO"
     log_json: bool = True
-    tool_timeout_s: float = constants.DEFAULT_TOOL_TIMEOUT_S
-    max_step_attempts: int = constants.MAX_STEP_ATTEMPTS
-    embedded_database_url: str = constants.EMBEDDED_DATABASE_URL
-    embedded_polling_interval_s: float = constants.EMBEDDED_POLLING_INTERVAL_S
+    tool_timeout_s: float = DEFAULT_TOOL_TIMEOUT_S
+    max_step_attempts: int = MAX_STEP_ATTEMPTS
+    embedded_database_url: str = EMBEDDED_DATABASE_URL
+    embedded_polling_interval_s: float = EMBEDDED_POLLING_INTERVAL_S
     # The inbox takes anything from anyone: these bound what one message may cost a worker.
-    inbox_max_bytes: int = Field(default=constants.INBOX_MAX_BYTES, ge=1024)
-    max_decompressed_bytes: int = Field(default=constants.MAX_DECOMPRESSED_BYTES, ge=1024)
+    inbox_max_bytes: int = Field(default=INBOX_MAX_BYTES, ge=1024)
+    max_decompressed_bytes: int = Field(default=MAX_DECOMPRESSED_BYTES, ge=1024)
     max_json_depth: int = Field(default=constants.MAX_JSON_DEPTH, ge=4, le=500)
     # Transient failures of a step (database or broker down, step held by another worker) are
     # retried through the broker with exponential backoff up to this delay, for this long in all.
-    step_retry_max_delay_s: float = Field(default=constants.STEP_RETRY_MAX_DELAY_S, gt=0)
-    step_retry_window_s: float = Field(default=constants.STEP_RETRY_WINDOW_S, gt=0)
+    step_retry_max_delay_s: float = Field(default=STEP_RETRY_MAX_DELAY_S, gt=0)
+    step_retry_window_s: float = Field(default=STEP_RETRY_WINDOW_S, gt=0)
     # The sweeper: a live run with no activity for stall_after_s and nothing in flight is re-driven.
-    stall_after_s: float = Field(default=constants.STALL_AFTER_S, gt=0)
-    sweep_interval_s: float = Field(default=constants.SWEEP_INTERVAL_S, ge=0)  # 0: no sweeper in this worker
+    stall_after_s: float = Field(default=STALL_AFTER_S, gt=0)
+    sweep_interval_s: float = Field(default=SWEEP_INTERVAL_S, ge=0)  # 0: no sweeper in this worker
     # Tool timeout tiers; a tool's own timeout_s overrides its tier, and a tool without either gets
     # tool_timeout_s.
-    tier_model_s: float = Field(default=constants.TIER_TIMEOUTS_S["model"], gt=0)
-    tier_database_s: float = Field(default=constants.TIER_TIMEOUTS_S["database"], gt=0)
-    tier_http_s: float = Field(default=constants.TIER_TIMEOUTS_S["http"], gt=0)
-    tier_local_s: float = Field(default=constants.TIER_TIMEOUTS_S["local"], gt=0)
+    tier_model_s: float = Field(default=TIER_TIMEOUTS_S["model"], gt=0)
+    tier_database_s: float = Field(default=TIER_TIMEOUTS_S["database"], gt=0)
+    tier_http_s: float = Field(default=TIER_TIMEOUTS_S["http"], gt=0)
+    tier_local_s: float = Field(default=TIER_TIMEOUTS_S["local"], gt=0)
     # Health cache: how long a check's answer counts; a check may set its own.
-    health_ttl_healthy_s: float = Field(default=constants.HEALTH_TTL_HEALTHY_S, gt=0)
-    health_ttl_down_s: float = Field(default=constants.HEALTH_TTL_DOWN_S, gt=0)
-    health_tick_s: float = Field(default=constants.HEALTH_TICK_S, ge=0)  # 0: this worker runs no checks
+    health_ttl_healthy_s: float = Field(default=HEALTH_TTL_HEALTHY_S, gt=0)
+    health_ttl_down_s: float = Field(default=HEALTH_TTL_DOWN_S, gt=0)
+    health_tick_s: float = Field(default=HEALTH_TICK_S, ge=0)  # 0: this worker runs no checks
     # How long a planner reuses a view in which every tool is available (bad news is always re-read).
-    gate_view_s: float = Field(default=constants.GATE_VIEW_S, ge=0)
+    gate_view_s: float = Field(default=GATE_VIEW_S, ge=0)
     # Circuit breakers: this many failures that point at a tool within the window open it; after
     # the cool-down one call fleet-wide is let through to try it.
-    breaker_failures: int = Field(default=constants.BREAKER_FAILURES, ge=1)
-    breaker_window_s: float = Field(default=constants.BREAKER_WINDOW_S, gt=0)
-    breaker_cooldown_s: float = Field(default=constants.BREAKER_COOLDOWN_S, gt=0)
+    breaker_failures: int = Field(default=BREAKER_FAILURES, ge=1)
+    breaker_window_s: float = Field(default=BREAKER_WINDOW_S, gt=0)
+    breaker_cooldown_s: float = Field(default=BREAKER_COOLDOWN_S, gt=0)
     # Trigger chains: a triggered run's generation is one more than the run whose event started it; past the depth,
     # or past the runs one trace may hold, a trigger starts nothing (dead-lettered TRIGGER_LOOP).
-    trigger_max_depth: int = Field(default=constants.TRIGGER_MAX_DEPTH, ge=1, le=1000)
-    trace_max_runs: int = Field(default=constants.TRACE_MAX_RUNS, ge=1)
+    trigger_max_depth: int = Field(default=TRIGGER_MAX_DEPTH, ge=1, le=1000)
+    trace_max_runs: int = Field(default=TRACE_MAX_RUNS, ge=1)
     # Read-only tools' results are cached this long unless the tool says otherwise (0: not cached).
-    tool_cache_ttl_s: float = Field(default=constants.TOOL_CACHE_TTL_S, ge=0)
+    tool_cache_ttl_s: float = Field(default=TOOL_CACHE_TTL_S, ge=0)
     # Approval rules for every agent: a JSON list of ApprovalRule objects (agentfleet.tools.policy).
     approval_rules: str = ""
     # How often observers expire unanswered approval requests and apply answers (0: not in this worker).
-    approval_poll_s: float = Field(default=constants.APPROVAL_POLL_S, ge=0)
+    approval_poll_s: float = Field(default=APPROVAL_POLL_S, ge=0)
     # Hooks (agentfleet.hooks): the audit trail (one row per run transition), Prometheus metrics served on
     # metrics_addr:metrics_port by each worker (unset: no metrics; 0: any free port), and the user's own
     # hooks as comma-separated module:attribute entries.
@@ -118,7 +155,7 @@ class Settings(BaseSettings):
     # database (table fleet_secrets), shared by every process of the fleet.
     fleet_key: SecretStr | None = None
     # How long a worker at start, or a CLI command, tries to reach each service before it exits non-zero.
-    connect_timeout_s: float = Field(default=constants.CONNECT_TIMEOUT_S, ge=0)
+    connect_timeout_s: float = Field(default=CONNECT_TIMEOUT_S, ge=0)
 
     @field_validator("workspace")
     @classmethod

@@ -31,6 +31,10 @@ from redis.retry import Retry
 from agentfleet import constants as C
 from agentfleet.config.settings import Settings
 
+REDIS_RETRY_S = 1.0  # while Redis is unreachable, how long to skip it before trying again
+REDIS_SOCKET_TIMEOUT_S = 0.5
+
+
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 # Anything Redis answers with but a value (unreachable, loading, read-only replica, out of memory)
@@ -49,8 +53,8 @@ def connect(settings: Settings) -> redis.Redis:
 
         return fakeredis.FakeRedis(server=fakeredis.FakeServer(), decode_responses=True)
     return redis.Redis.from_url(
-        settings.redis_url, decode_responses=True, socket_timeout=C.REDIS_SOCKET_TIMEOUT_S,
-        socket_connect_timeout=C.REDIS_SOCKET_TIMEOUT_S, health_check_interval=30, retry=no_retry(),
+        settings.redis_url, decode_responses=True, socket_timeout=REDIS_SOCKET_TIMEOUT_S,
+        socket_connect_timeout=REDIS_SOCKET_TIMEOUT_S, health_check_interval=30, retry=no_retry(),
     )
 
 
@@ -76,7 +80,7 @@ SEAL_HEX = 32  # 128 bits of HMAC-SHA256: a forger has no key to try guesses aga
 
 class FleetRedis:
     def __init__(self, client: redis.Redis, namespace: str, *, secret: bytes | Callable[[], bytes],
-                 retry_s: float = C.REDIS_RETRY_S) -> None:
+                 retry_s: float = REDIS_RETRY_S) -> None:
         """``secret``: the key, or how to get it at first use (from the database: not before a prefork worker
         has forked, or its children would share the parent's connection)."""
         self.client = client

@@ -18,6 +18,9 @@ from typing import Any
 from agentfleet import constants as C
 from agentfleet.fleet.fleet_redis import FleetRedis
 
+CANCEL_TTL_S = 24 * 3600.0  # a run's cancel mark outlives any tool call it could stop
+HEARTBEAT_TTL_S = 600.0
+
 
 class RunStops:
     def __init__(self, redis: FleetRedis) -> None:
@@ -26,7 +29,7 @@ class RunStops:
     def mark(self, run_id: str, reason: str) -> None:
         key = self.redis.key(C.CANCEL_KEY, run_id)
         sealed = self.redis.seal(key, reason)
-        self.redis.fail_open(lambda r: r.set(key, sealed, ex=int(C.CANCEL_TTL_S)), None)
+        self.redis.fail_open(lambda r: r.set(key, sealed, ex=int(CANCEL_TTL_S)), None)
 
     def stopped(self, run_id: str) -> bool:
         """Whether a fleet process marked the run ended (a mark a tool forged does not count)."""
@@ -36,7 +39,7 @@ class RunStops:
     def heartbeat(self, idempotency_key: str, details: Any) -> None:
         key = self.redis.key(C.HEARTBEAT_KEY, idempotency_key)
         value = json.dumps({"at": time.time(), "details": details}, default=str)
-        self.redis.fail_open(lambda r: r.set(key, value, ex=int(C.HEARTBEAT_TTL_S)), None)
+        self.redis.fail_open(lambda r: r.set(key, value, ex=int(HEARTBEAT_TTL_S)), None)
 
     def last_heartbeat(self, idempotency_key: str) -> dict[str, Any] | None:
         key = self.redis.key(C.HEARTBEAT_KEY, idempotency_key)

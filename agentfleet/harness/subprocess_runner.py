@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agentfleet import constants as C
 from agentfleet.errors import ErrorCode
 from agentfleet.harness import tool_events
+from agentfleet.harness.tool_events import TOOL_EVENTS_MAX_BYTES
 from agentfleet.loop.transcript import ToolResult
 from agentfleet.sandbox.bwrap import TOOLDIR, WORKDIR, bounds_for, bwrap_args, support, tool_env
 from agentfleet.sandbox.options import ResourceLimits, Sandbox
@@ -70,7 +70,7 @@ class SubprocessRunner:
                 "Do without this tool; the operator must install bubblewrap on the executor hosts.", retryable=True)
         limits = self.sandbox.limits
         with contextlib.ExitStack() as stack:
-            events = stack.enter_context(SideChannel(io.BytesIO(), C.TOOL_EVENTS_MAX_BYTES))
+            events = stack.enter_context(SideChannel(io.BytesIO(), TOOL_EVENTS_MAX_BYTES))
             env = tool_env(self.sandbox) | _call_env(ctx) | {tool_events.ENV: f"/proc/self/fd/{events.write_fd}"}
             command = self.argv(TOOLDIR)
             side = [events]

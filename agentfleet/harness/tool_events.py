@@ -15,11 +15,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from agentfleet import constants as C
 from agentfleet.errors import ErrorCode, ToolError
 from agentfleet.events.domain import problems
 from agentfleet.loop.transcript import ToolResult
 from agentfleet.tools.tool import ToolContext
+
+TOOL_EVENTS_MAX = 100  # domain events one subprocess call may publish
+TOOL_EVENTS_MAX_BYTES = 1024 * 1024
+
 
 ENV = "AGENTFLEET_EVENTS"
 Event = tuple[str, dict[str, Any]]
@@ -28,13 +31,13 @@ Event = tuple[str, dict[str, Any]]
 def read_events(raw: bytes, overflowed: bool, tool_name: str) -> list[Event] | ToolResult:
     """The events a call's process wrote (``raw``, at most ``TOOL_EVENTS_MAX_BYTES`` of them kept), or why they
     cannot be believed (a failure for the model)."""
-    if overflowed or len(raw) > C.TOOL_EVENTS_MAX_BYTES:
+    if overflowed or len(raw) > TOOL_EVENTS_MAX_BYTES:
         return ToolResult.failure(ErrorCode.RESPONSE_TOO_LARGE, f"{tool_name} wrote more than "
-                                  f"{C.TOOL_EVENTS_MAX_BYTES} bytes of events", "Publish fewer, smaller events.")
+                                  f"{TOOL_EVENTS_MAX_BYTES} bytes of events", "Publish fewer, smaller events.")
     lines = [line for line in raw.decode(errors="replace").splitlines() if line.strip()]
-    if len(lines) > C.TOOL_EVENTS_MAX:
+    if len(lines) > TOOL_EVENTS_MAX:
         return ToolResult.failure(ErrorCode.RESPONSE_TOO_LARGE, f"{tool_name} wrote {len(lines)} events; at most "
-                                  f"{C.TOOL_EVENTS_MAX} may come from one call", "Publish fewer, larger events.")
+                                  f"{TOOL_EVENTS_MAX} may come from one call", "Publish fewer, larger events.")
     events: list[Event] = []
     for number, line in enumerate(lines, 1):
         try:

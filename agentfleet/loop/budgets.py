@@ -7,9 +7,20 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from agentfleet import constants
 from agentfleet.errors import ErrorCode
 from agentfleet.loop.transcript import Usage
+
+# Loop defaults (an agent's or goal's limits override them).
+DEFAULT_MAX_STEPS = 20
+# Turns a run may spend telling the model its answer could not be used (bad tool arguments, an undeclared
+# tool, an empty, cut-off or off-schema answer) before it fails with that answer's code.
+DEFAULT_MAX_REPAIRS = 3
+# Tool calls one model turn may make: a turn of 1,000 calls would be 1,000 side effects decided as one step.
+DEFAULT_MAX_CALLS_PER_TURN = 32
+DEFAULT_MAX_TOKENS = 200_000
+DEFAULT_MAX_COST_USD = 5.0
+DEFAULT_DEADLINE_S = 600.0
+
 
 # The bounds of every limit, shared by an agent's Limits and a goal's requested limits, so the
 # inbox refuses exactly what the planner would (a zero budget is refused, not read as "no limit").
@@ -31,13 +42,13 @@ class Limits(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    max_steps: Steps = constants.DEFAULT_MAX_STEPS
-    max_tokens: Tokens = constants.DEFAULT_MAX_TOKENS
-    max_cost_usd: CostUsd = constants.DEFAULT_MAX_COST_USD
-    deadline_s: Seconds = constants.DEFAULT_DEADLINE_S
+    max_steps: Steps = DEFAULT_MAX_STEPS
+    max_tokens: Tokens = DEFAULT_MAX_TOKENS
+    max_cost_usd: CostUsd = DEFAULT_MAX_COST_USD
+    deadline_s: Seconds = DEFAULT_DEADLINE_S
     # Answers the model may be asked to give again (each costs a step too), run-wide.
-    max_repairs: Repairs = constants.DEFAULT_MAX_REPAIRS
-    max_calls_per_turn: CallsPerTurn = constants.DEFAULT_MAX_CALLS_PER_TURN
+    max_repairs: Repairs = DEFAULT_MAX_REPAIRS
+    max_calls_per_turn: CallsPerTurn = DEFAULT_MAX_CALLS_PER_TURN
 
     def tightened_by(self, requested: dict[str, object] | None) -> Limits:
         """A goal may ask for tighter limits than its agent's, never looser ones."""

@@ -5,7 +5,8 @@ from __future__ import annotations
 import hashlib
 import uuid
 
-from agentfleet.constants import ID_NAMESPACE
+# Deterministic ids: run ids derive from (agent, goal_id), event ids from their cause.
+ID_NAMESPACE = uuid.UUID("5b2f3c1e-8d4a-4e7b-9a61-0c3f2d9e7a10")
 
 
 def run_id_for(agent: str, goal_id: str) -> str:

@@ -10,7 +10,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
-from agentfleet.constants import FINAL_ANSWER_TOOL, FOLLOW_POLL_INTERVAL_S
+from agentfleet.constants import FINAL_ANSWER_TOOL
 from agentfleet.events.contracts import Result
 from agentfleet.events.publisher import queue_depths
 from agentfleet.loop.states import RunState, is_terminal
@@ -18,6 +18,9 @@ from agentfleet.roles.runtime import Runtime
 from agentfleet.roles.sweeper import Action, assess
 from agentfleet.store.records import ApprovalRecord, RunRecord, now
 from agentfleet.store.repository import Store
+
+# How often clients that follow a run poll its checkpoint.
+FOLLOW_POLL_INTERVAL_S = 0.05
 
 
 def _short(value: Any, limit: int = 60) -> str:

@@ -27,7 +27,6 @@ from typing import Any
 from sqlalchemy import Connection
 
 from agentfleet.agents.registry import Agent
-from agentfleet.constants import APPROVAL_SEND_GRACE_S
 from agentfleet.errors import AgentfleetError, ApprovalRefused, ErrorCode, MalformedEvent, ToolError
 from agentfleet.events.contracts import ApprovalAnswer, ApprovalNotice, ApprovalResolve, Decision
 from agentfleet.events.envelope import (
@@ -47,6 +46,11 @@ from agentfleet.roles.step import Step
 from agentfleet.store.records import ApprovalRecord, RunRecord, now
 from agentfleet.tools.policy import Verdict, evaluate
 from agentfleet.tools.tool import Tool
+
+# An answer whose approval.resolved is not yet confirmed sent gets this long (its own publish is under
+# way) before the timer sends it; one confirmed sent is sent again only after the stall time.
+APPROVAL_SEND_GRACE_S = 2.0
+
 
 log = logging.getLogger(__name__)
 APPROVALS_LOCK = "agentfleet/approvals"  # one expiry pass at a time, fleet-wide

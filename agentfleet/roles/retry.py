@@ -16,8 +16,10 @@ from kombu.exceptions import OperationalError as BrokerUnreachable
 from sqlalchemy.exc import DBAPIError, InterfaceError
 from sqlalchemy.exc import OperationalError as DatabaseUnreachable
 
-from agentfleet.constants import STEP_RETRY_FIRST_DELAY_S
 from agentfleet.errors import AgentfleetError
+
+# Transient step failures: broker-side retries with exponential backoff (full jitter).
+STEP_RETRY_FIRST_DELAY_S = 0.25
 
 
 class InFlight(Exception):

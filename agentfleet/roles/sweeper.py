@@ -11,7 +11,6 @@ import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from agentfleet.constants import SWEEP_BATCH, SWEEP_PAGE
 from agentfleet.errors import RECOVERY_SUGGESTIONS, ErrorCode
 from agentfleet.events.contracts import ResultStatus
 from agentfleet.events.envelope import Envelope, EventType, GoalSubmitted, decode
@@ -21,6 +20,10 @@ from agentfleet.loop.states import RunState, is_terminal
 from agentfleet.roles.runtime import Runtime
 from agentfleet.roles.step import ended_event, result_of
 from agentfleet.store.records import RunRecord, now
+
+SWEEP_BATCH = 200  # runs one sweep acts on at most
+SWEEP_PAGE = 500  # quiet runs read per query
+
 
 log = logging.getLogger(__name__)
 SWEEP_LOCK = "agentfleet/sweeper"

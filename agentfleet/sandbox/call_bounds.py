@@ -39,7 +39,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agentfleet import constants as C
+from agentfleet.sandbox.options import SANDBOX_MEMORY_MB, SANDBOX_PROCESSES
+
+SANDBOX_UID_BASE = 1_900_000_000  # calls of a root worker run as uids from here (one per running call)
+SANDBOX_UID_POOL = 4096
+SANDBOX_FALLBACK_UID = 65534
+
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +77,7 @@ class UidPool:
     ``flock`` on one for as long as it runs. The kernel drops the lock when the holder exits,
     so a killed worker's slots come back by themselves."""
 
-    def __init__(self, directory: Path, base: int = C.SANDBOX_UID_BASE, size: int = C.SANDBOX_UID_POOL) -> None:
+    def __init__(self, directory: Path, base: int = SANDBOX_UID_BASE, size: int = SANDBOX_UID_POOL) -> None:
         self.directory = directory
         self.base = base
         self.size = size
@@ -266,7 +271,7 @@ def _v2_calls_parent(mount: Path, own: str) -> Path:
 
 def _probe(cgroups: Cgroups) -> None:
     """Make and remove one call's cgroup: the detection is what a call will do."""
-    cgroups.make("probe", (C.SANDBOX_PROCESSES, C.SANDBOX_MEMORY_MB << 20)).close()
+    cgroups.make("probe", (SANDBOX_PROCESSES, SANDBOX_MEMORY_MB << 20)).close()
 
 
 def _counter(path: Path, name: str) -> int:
@@ -453,7 +458,7 @@ def _worker_or_nobody() -> tuple[int, int]:
         entry = pwd.getpwnam("nobody")
         return entry.pw_uid, entry.pw_gid
     except KeyError:
-        return C.SANDBOX_FALLBACK_UID, C.SANDBOX_FALLBACK_UID
+        return SANDBOX_FALLBACK_UID, SANDBOX_FALLBACK_UID
 
 
 def tasks_of(uid: int) -> int:

@@ -7,8 +7,17 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from agentfleet import constants as C
 from agentfleet.errors import ConfigurationError
+
+# The default bounds of one call (a tool may set its own).
+SANDBOX_CPU_S = 10
+SANDBOX_MEMORY_MB = 1024
+SANDBOX_OPEN_FILES = 256
+SANDBOX_FILE_SIZE_MB = 64
+SANDBOX_PROCESSES = 64
+SANDBOX_TMP_MB = 64
+SANDBOX_WORKDIR_MB = 256  # a call's work directory: a tmpfs in its sandbox
+
 
 SANDBOX_ROOT = "/sandbox"  # where the call's own directories appear; no host path is shown beneath it
 
@@ -18,14 +27,14 @@ class ResourceLimits(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    cpu_s: int = Field(default=C.SANDBOX_CPU_S, ge=1, description="CPU seconds before SIGXCPU, then SIGKILL")
-    memory_mb: int = Field(default=C.SANDBOX_MEMORY_MB, ge=16, description="Memory of all the call's processes "
+    cpu_s: int = Field(default=SANDBOX_CPU_S, ge=1, description="CPU seconds before SIGXCPU, then SIGKILL")
+    memory_mb: int = Field(default=SANDBOX_MEMORY_MB, ge=16, description="Memory of all the call's processes "
                                                                          "together (and each one's address space)")
-    open_files: int = Field(default=C.SANDBOX_OPEN_FILES, ge=8)
-    file_size_mb: int = Field(default=C.SANDBOX_FILE_SIZE_MB, ge=1, description="Largest file it may write")
-    processes: int = Field(default=C.SANDBOX_PROCESSES, ge=4, description="Processes of the call")
-    tmp_mb: int = Field(default=C.SANDBOX_TMP_MB, ge=1, description="Size of its private /tmp and /dev/shm each")
-    workdir_mb: int = Field(default=C.SANDBOX_WORKDIR_MB, ge=1, description="Size of its work directory")
+    open_files: int = Field(default=SANDBOX_OPEN_FILES, ge=8)
+    file_size_mb: int = Field(default=SANDBOX_FILE_SIZE_MB, ge=1, description="Largest file it may write")
+    processes: int = Field(default=SANDBOX_PROCESSES, ge=4, description="Processes of the call")
+    tmp_mb: int = Field(default=SANDBOX_TMP_MB, ge=1, description="Size of its private /tmp and /dev/shm each")
+    workdir_mb: int = Field(default=SANDBOX_WORKDIR_MB, ge=1, description="Size of its work directory")
 
 
 class Sandbox(BaseModel):

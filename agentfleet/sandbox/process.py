@@ -22,7 +22,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any, Literal
 
-from agentfleet import constants as C
+KILL_GRACE_S = 0.5  # how long a process has after SIGTERM before SIGKILL
+STDERR_KEPT = 4096  # bytes of stderr kept (its tail) for the message of a failure
+SUBPROCESS_MAX_OUTPUT = 32 * 1024 * 1024  # the most stdout read from one call (more: stopped, RESPONSE_TOO_LARGE)
+CANCEL_POLL_S = 0.2  # how often a running call looks for its run's cancellation
+
 
 Stopped = Literal["timeout", "cancelled", "overflow"]
 READ_CHUNK = 65536
@@ -90,8 +94,8 @@ class Exited:
 
 
 def run_child(argv: Sequence[str], stdin: bytes, *, timeout_s: float, cancelled: Callable[[], bool] | None = None,
-              max_stdout: int = C.SUBPROCESS_MAX_OUTPUT, grace_s: float = C.KILL_GRACE_S,
-              poll_s: float = C.CANCEL_POLL_S, cwd: str | None = None, env: Mapping[str, str] | None = None,
+              max_stdout: int = SUBPROCESS_MAX_OUTPUT, grace_s: float = KILL_GRACE_S,
+              poll_s: float = CANCEL_POLL_S, cwd: str | None = None, env: Mapping[str, str] | None = None,
               popen: Mapping[str, Any] | None = None, on_start: Callable[[int], None] | None = None,
               side: Sequence[SideChannel] = ()) -> Exited:
     """Run ``argv`` to its end or ours. Raises OSError only when it cannot be started at all."""
@@ -140,7 +144,7 @@ def run_child(argv: Sequence[str], stdin: bytes, *, timeout_s: float, cancelled:
                 buf: bytearray = key.data
                 buf.extend(chunk)
                 if buf is err:
-                    del err[:-C.STDERR_KEPT]
+                    del err[:-STDERR_KEPT]
                 elif len(out) > max_stdout:
                     stopped = "overflow"
             if stopped:

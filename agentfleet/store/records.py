@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, BinaryIO
 
-from agentfleet.constants import DEFAULT_DEADLINE_S
+from agentfleet.loop.budgets import DEFAULT_DEADLINE_S
 from agentfleet.loop.states import TERMINAL, RunState
 from agentfleet.loop.transcript import Usage
 from agentfleet.redaction import redact

@@ -18,6 +18,11 @@ from agentfleet import constants as C
 from agentfleet.errors import ErrorCode, ToolError
 from agentfleet.tools.tool import ToolContext, tool
 
+ARTIFACT_HEAD_CHARS = 2000
+ARTIFACT_READ_DEFAULT = 8000
+ARTIFACT_READ_MAX = 16000
+
+
 REF_PREFIX = "sha256:"
 
 
@@ -28,7 +33,7 @@ def content_ref(content: bytes) -> str:
 def artifact_view(tool_name: str, encoded: str, ref: str, limit: int) -> dict[str, Any]:
     """What the model is shown in place of an output over ``limit``: its head, its size, how to read on."""
     size = len(encoded.encode())
-    head = encoded[: min(C.ARTIFACT_HEAD_CHARS, max(1, limit // 2))]
+    head = encoded[: min(ARTIFACT_HEAD_CHARS, max(1, limit // 2))]
     return {
         "artifact": ref,
         "size": size,
@@ -41,8 +46,8 @@ def artifact_view(tool_name: str, encoded: str, ref: str, limit: int) -> dict[st
 @tool(name=C.READ_ARTIFACT_TOOL, read_only=True, cache_ttl_s=0)
 def read_artifact(ctx: ToolContext, ref: Annotated[str, Field(description="The artifact's reference (sha256:…)")],
                   offset: Annotated[int, Field(ge=0, description="First byte to read")] = 0,
-                  length: Annotated[int, Field(ge=1, le=C.ARTIFACT_READ_MAX,
-                                               description="How many bytes to read")] = C.ARTIFACT_READ_DEFAULT,
+                  length: Annotated[int, Field(ge=1, le=ARTIFACT_READ_MAX,
+                                               description="How many bytes to read")] = ARTIFACT_READ_DEFAULT,
                   ) -> dict[str, Any]:
     """Read part of an artifact: an output that was too large to show whole, or files a tool kept.
 

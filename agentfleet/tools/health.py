@@ -14,11 +14,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from agentfleet import constants as C
 from agentfleet.errors import ConfigurationError
 
+# Timeout tiers (seconds): what a tool or health check may take by the kind of thing it calls.
+TIER_TIMEOUTS_S = {"model": 30.0, "database": 5.0, "http": 3.0, "local": 1.0}
+
+
 Tier = Literal["model", "database", "http", "local"]
-TIERS: tuple[str, ...] = tuple(C.TIER_TIMEOUTS_S)
+TIERS: tuple[str, ...] = tuple(TIER_TIMEOUTS_S)
 
 
 @dataclass(frozen=True)

@@ -27,10 +27,10 @@ from typing import Any
 
 from pydantic import Field, ValidationError
 
-from agentfleet import constants as C
 from agentfleet.errors import ConfigurationError
 from agentfleet.sandbox.options import Sandbox, sandbox_of
-from agentfleet.tools.options import LargeOutput, ToolOptions
+from agentfleet.sandbox.process import SUBPROCESS_MAX_OUTPUT
+from agentfleet.tools.options import DEFAULT_TOOL_RESPONSE_LIMIT, LargeOutput, ToolOptions
 from agentfleet.tools.sandboxed import sandbox_check
 from agentfleet.tools.tool import Command, Tool, checked_schema, declare
 
@@ -45,7 +45,7 @@ def subprocess_tool(
     schema: dict[str, Any],
     directory: str | Path | None = None,
     sandbox: Sandbox | dict[str, Any] | None = None,
-    max_output: int = C.SUBPROCESS_MAX_OUTPUT,
+    max_output: int = SUBPROCESS_MAX_OUTPUT,
     source: str | None = None,
     **options: Any,
 ) -> Tool:
@@ -84,10 +84,10 @@ class ToolManifest(ToolOptions):
     command: list[str] = Field(min_length=1)
     parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
     sandbox: Sandbox = Field(default_factory=Sandbox)
-    max_output: int = Field(default=C.SUBPROCESS_MAX_OUTPUT, ge=1)
+    max_output: int = Field(default=SUBPROCESS_MAX_OUTPUT, ge=1)
     timeout_s: float | None = Field(default=None, gt=0)
     health_check: list[str] | None = None
-    response_limit: int = Field(default=C.DEFAULT_TOOL_RESPONSE_LIMIT, ge=1)
+    response_limit: int = Field(default=DEFAULT_TOOL_RESPONSE_LIMIT, ge=1)
     requires_approval: bool = False
     large_output: LargeOutput = "artifact"
 

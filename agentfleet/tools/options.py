@@ -13,10 +13,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from agentfleet.constants import DEFAULT_TOOL_RESPONSE_LIMIT
 from agentfleet.errors import ConfigurationError
 from agentfleet.tools.health import TIERS, Tier
 from agentfleet.tools.policy import RequiresApproval
+
+DEFAULT_TOOL_RESPONSE_LIMIT = 32_000  # characters of JSON handed back to the model
+
 
 LargeOutput = Literal["refuse", "artifact"]
 

@@ -28,18 +28,20 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from agentfleet import constants as C
 from agentfleet.errors import ConfigurationError
 from agentfleet.sandbox.bwrap import sandbox_ready
 from agentfleet.sandbox.options import Sandbox
 from agentfleet.tools.health import HealthCheck, health_check
+
+SANDBOX_CHECK = "sandbox"  # the health check sandboxed tools share: can bubblewrap run here?
+
 
 ENTRY = "agentfleet.harness.sandbox_child"  # what the sandboxed process runs (python -m)
 
 
 def sandbox_check() -> HealthCheck:
     """The health check every sandboxed tool shares by default: can bubblewrap build a sandbox here?"""
-    return health_check(C.SANDBOX_CHECK, sandbox_ready, tier="local", timeout_s=10)
+    return health_check(SANDBOX_CHECK, sandbox_ready, tier="local", timeout_s=10)
 
 
 def python_argv_and_sandbox(fn: Callable[..., Any], tool_name: str, sandbox: Sandbox) -> tuple[list[str], Sandbox]:

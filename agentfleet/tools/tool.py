@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING, Any, get_type_hints
 import jsonschema
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
-from agentfleet.constants import SUBPROCESS_MAX_OUTPUT
 from agentfleet.errors import ConfigurationError, ErrorCode, ToolError
 from agentfleet.sandbox.options import Sandbox, sandbox_of
+from agentfleet.sandbox.process import SUBPROCESS_MAX_OUTPUT
 from agentfleet.tools.health import HealthCheck, as_health_check
 from agentfleet.tools.options import ToolOptions
 from agentfleet.tools.sandboxed import python_argv_and_sandbox, sandbox_check

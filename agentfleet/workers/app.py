@@ -29,6 +29,11 @@ from agentfleet.workers.bootsteps import (
 from agentfleet.workers.event_task import register_tasks
 from agentfleet.workers.roles import pool_implementation
 
+# Celery task time limits stay below RabbitMQ's consumer_timeout (30 min).
+TASK_SOFT_TIME_LIMIT_S = 15 * 60
+TASK_TIME_LIMIT_S = 20 * 60
+
+
 log = logging.getLogger(__name__)
 
 
@@ -84,8 +89,8 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         # Below RabbitMQ's consumer_timeout (30 min), after which it closes a channel holding an
         # unacked message. Enforced by the prefork pool; in the thread pool each tool has its own
         # timeout and retries wait in the broker (countdowns of seconds), never in a worker.
-        "task_soft_time_limit": C.TASK_SOFT_TIME_LIMIT_S,
-        "task_time_limit": C.TASK_TIME_LIMIT_S,
+        "task_soft_time_limit": TASK_SOFT_TIME_LIMIT_S,
+        "task_time_limit": TASK_TIME_LIMIT_S,
         # Flower sees the real work.
         # The resizable thread pool, also for plain `celery -A agentfleet.workers.app worker` (whose
         # default `--pool prefork` defers to this setting, as Celery documents).
