@@ -1,6 +1,6 @@
 """agentfleet: LLM agents as a fleet of message-driven workers, checkpointed step by step.
 
-The public API is what this module exports; ``tests/unit/test_public_api.py`` pins it.
+The public API is what this module exports; ``tests/test_public_api.py`` pins it.
 """
 
 from agentfleet.agents.plugins import Plugin

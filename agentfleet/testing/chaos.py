@@ -36,16 +36,16 @@ from sqlalchemy import Engine, func, select
 from agentfleet import constants as C
 from agentfleet.config.settings import Settings
 from agentfleet.events.topology import Topology
-from agentfleet.examples.chaos_ledger import ledger, ledger_engine
 from agentfleet.loop.keys import run_id_for
 from agentfleet.loop.states import TERMINAL
 from agentfleet.store import db
 from agentfleet.store import tables as T
+from agentfleet.testing.chaos_ledger import ledger, ledger_engine
 from agentfleet.workers.processes import WorkerProcesses
 
 log = logging.getLogger(__name__)
 AGENT = "chaos_ledger"
-AGENTS_MODULE = "agentfleet.examples.chaos_ledger"
+AGENTS_MODULE = "agentfleet.testing.chaos_ledger"
 KILL_ORDER = (C.PLANNER, C.OBSERVER, C.EXECUTOR)  # aimed kills hit executors already
 POOLS: tuple[tuple[str, ...], ...] = ((), ("--pool", "prefork", "--concurrency", "2"))
 

@@ -19,14 +19,19 @@ from typing import Annotated
 
 from pydantic import Field
 
-from agentfleet.agents.registry import Agent
-from agentfleet.errors import ErrorCode, ToolError
-from agentfleet.loop.budgets import Limits
-from agentfleet.loop.transcript import ModelTurn, ToolCall
-from agentfleet.models.base import ModelRequest
-from agentfleet.models.scripted import ScriptedModel
-from agentfleet.tools.health import health_check
-from agentfleet.tools.tool import ToolContext, tool
+from agentfleet import (
+    Agent,
+    ErrorCode,
+    Limits,
+    ModelRequest,
+    ModelTurn,
+    ScriptedModel,
+    ToolCall,
+    ToolContext,
+    ToolError,
+    health_check,
+    tool,
+)
 
 DU = os.environ.get("AGENTFLEET_DEMO_DU", "du")
 PathArg = Annotated[str, Field(description="Directory, relative to the workspace")]

@@ -16,13 +16,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from agentfleet.agents.registry import Agent
-from agentfleet.constants import READ_ARTIFACT_TOOL
-from agentfleet.loop.budgets import Limits
-from agentfleet.loop.transcript import ModelTurn, ToolCall
-from agentfleet.models.base import ModelRequest
-from agentfleet.models.scripted import ScriptedModel
-from agentfleet.tools.manifest import load_tool_folder
+from agentfleet import Agent, Limits, ModelRequest, ModelTurn, ScriptedModel, ToolCall, load_tool_folder
 
 TOOLS = load_tool_folder(Path(__file__).parent / "tools")
 LANGUAGES = ("python", "node", "bash")
@@ -38,7 +32,7 @@ def _read_on(request: ModelRequest) -> ModelTurn:
     index = request.tool_outputs()["index"]
     view = index.get("output") or {}
     if index.get("ok") and "artifact" in view:
-        return ScriptedModel.calls(ToolCall(id="read", name=READ_ARTIFACT_TOOL,
+        return ScriptedModel.calls(ToolCall(id="read", name="read_artifact",
                                             arguments={"ref": view["artifact"], "offset": 0, "length": 120}))
     return _answer(request)
 

@@ -8,10 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agentfleet.agents.registry import Agent
+from agentfleet import Agent, Limits, ReplayModel
 from agentfleet.examples.repo_report.tools import count_lines, list_files, read_file
-from agentfleet.loop.budgets import Limits
-from agentfleet.models.replay import ReplayModel
 
 GOAL_SCHEMA = {
     "type": "object",

@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import PurePosixPath
 from typing import Annotated
 
 from pydantic import Field
 
-from agentfleet.errors import ErrorCode, ToolError
-from agentfleet.tools.tool import ToolContext, tool
-from agentfleet.tools.workspace import Entry
+from agentfleet import ErrorCode, ToolContext, ToolError, tool
 
 SKIP_DIRS = {".git", ".venv", "venv", "node_modules", "__pycache__", ".mypy_cache", ".ruff_cache",
              ".pytest_cache", "build", "dist", ".agentfleet"}
@@ -23,10 +20,6 @@ def _skip(name: str) -> bool:
     return name in SKIP_DIRS or name.startswith(".") or name.endswith(".egg-info")
 
 
-def _walk(ctx: ToolContext, path: str) -> Iterator[Entry]:
-    return ctx.files.walk(path, skip_dir=_skip)
-
-
 # Read-only, so a re-run after a crash may run them again; not cached, as files change under them
 # between runs (disk_usage shows the result cache).
 @tool(read_only=True, cache_ttl_s=0, timeout_s=20)
@@ -34,7 +27,7 @@ def list_files(
     ctx: ToolContext, path: Annotated[str, Field(description="Directory, relative to the workspace")] = "."
 ) -> dict:
     """List the files under a directory of the workspace (hidden and build directories skipped)."""
-    files = [entry.path for entry in _walk(ctx, path)]
+    files = [entry.path for entry in ctx.files.walk(path, skip_dir=_skip)]
     return {"path": path, "count": len(files), "files": files[:MAX_LISTED], "truncated": len(files) > MAX_LISTED}
 
 
@@ -64,7 +57,7 @@ def count_lines(
     counted = 0
     by_ext: Counter[str] = Counter()
     largest = {"path": None, "lines": 0}
-    for entry in _walk(ctx, path):
+    for entry in ctx.files.walk(path, skip_dir=_skip):
         if counted >= MAX_FILES_COUNTED:
             break
         lines, last, binary = 0, b"", False

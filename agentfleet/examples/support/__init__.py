@@ -25,11 +25,7 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
-from agentfleet.agents.registry import Agent
-from agentfleet.events.domain import Trigger, domain_event
-from agentfleet.loop.budgets import Limits
-from agentfleet.models.replay import ReplayModel
-from agentfleet.tools.tool import ToolContext, tool
+from agentfleet import Agent, Limits, ReplayModel, ToolContext, Trigger, domain_event, tool
 
 TICKET_TRIAGED = domain_event("ticket.triaged", {
     "type": "object",

@@ -1,11 +1,11 @@
 """word_stats: how many words a text has, and its longest word (the README's guide to writing an agent)."""
 
+import json
 from pathlib import Path
 
 from pydantic import BaseModel
 
 from agentfleet import Agent, Limits, Message, ReplayModel, ToolCall, tool
-from agentfleet.context import goal_message
 
 
 @tool(read_only=True)
@@ -29,7 +29,7 @@ class Stats(BaseModel):
 SAMPLE = "Hello, big world"
 # A worked exchange the model sees before the goal: small local models call tools reliably only after one.
 EXAMPLE = [
-    goal_message({"text": SAMPLE}),
+    Message(role="user", content=json.dumps({"goal": {"text": SAMPLE}}, sort_keys=True)),  # as goals are worded
     Message(role="assistant", tool_calls=[ToolCall(id="ex1", name="count_words", arguments={"text": SAMPLE}),
                                           ToolCall(id="ex2", name="longest_word", arguments={"text": SAMPLE})]),
     Message(role="tool", tool_call_id="ex1", content='{"ok": true, "output": {"words": 3}}'),

@@ -1,0 +1,40 @@
+"""The benchmark code runs (on a tiny size). Figures are printed by `agentfleet bench`, never asserted here."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import require
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.mark.parametrize("suite", ["overhead", "throughput", "recovery", "growth", "in_flight",
+                                   "delegation", "approvals", "profile"])
+def test_each_benchmark_suite_runs_on_a_tiny_size(suite: str) -> None:
+    require("rabbitmq", "postgres", "redis")
+    from benchmarks import run as bench
+
+    sizes = bench.Sizes.tiny()
+    report = bench.run([suite], sizes)
+    assert report.figures["machine"]["cores"]
+    figures = report.figures[suite]
+    assert figures and all(v is not None for v in figures.values())
+    if suite == "overhead":  # every peer measured, each with a ratio
+        assert {k for k in figures if k.startswith("agentfleet_over_")} == {
+            f"agentfleet_over_{peer}" for peer in figures["samples"] if peer != "agentfleet"}
+        assert len(figures["samples"]) == 5
+    if suite == "growth":
+        assert figures["iterations"] == sizes.growth_iterations
+    if suite == "recovery":
+        assert figures["kills"] == 1
+    if suite == "in_flight":
+        assert figures["parked_runs"] == sizes.parked_runs
+    if suite == "delegation":
+        assert figures["waiting_parents"] == sizes.waiting_parents
+    if suite == "approvals":
+        assert figures["parked_runs"] == sizes.approval_runs
+        assert figures["runs_ended_after_approval"] == sizes.approval_runs
+    if suite == "profile":
+        assert all(figures[f"{role}_cpu_by_package"] for role in ("planner", "executor", "observer"))
+

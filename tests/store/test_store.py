@@ -1,0 +1,160 @@
+"""The repository on both databases it runs on: SQLite (embedded) and Postgres (distributed)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from agentfleet.loop.states import RunState
+from agentfleet.store import Store, make_engine, upgrade
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path}/store.db"
+        upgrade(url)
+    else:
+        url = request.getfixturevalue("pg_url")
+    engine = make_engine(url)
+    yield Store(engine)
+    engine.dispose()
+
+
+def new_run(store: Store, run_id: str) -> None:
+    with store.tx() as conn:
+        assert store.create_run(conn, run_id=run_id, agent="a", goal_id=run_id, trace_id="t", input={}, limits={})
+
+
+def test_creating_the_same_run_twice_creates_it_once(store: Store) -> None:
+    new_run(store, "r-once")
+    with store.tx() as conn:
+        assert not store.create_run(conn, run_id="r-once", agent="a", goal_id="r-once", trace_id="t", input={},
+                                    limits={})
+
+
+def test_a_transition_is_a_compare_and_set(store: Store) -> None:
+    new_run(store, "r-cas")
+    run = store.get_run("r-cas")
+    assert run is not None
+    with store.tx() as conn:
+        assert store.transition(conn, run, RunState.PLANNING)
+    with store.tx() as conn:  # the same (state, version) again is stale
+        assert not store.transition(conn, run, RunState.PLANNING)
+    current = store.get_run("r-cas")
+    assert current is not None and current.state == RunState.PLANNING and current.version == 1
+
+
+def test_an_illegal_transition_is_a_no_op(store: Store) -> None:
+    new_run(store, "r-illegal")
+    run = store.get_run("r-illegal")
+    assert run is not None
+    with store.tx() as conn:
+        assert not store.transition(conn, run, RunState.SUCCEEDED)
+    assert store.get_run("r-illegal").state == RunState.PENDING  # type: ignore[union-attr]
+
+
+def test_an_unfinished_intent_counts_attempts_and_a_finished_one_is_final(store: Store) -> None:
+    first = store.begin_step(key="k-steps", run_id="r", iteration=0, kind="tool", call_id="c")
+    assert first.fresh and first.attempts == 1 and first.status == "started"
+    again = store.begin_step(key="k-steps", run_id="r", iteration=0, kind="tool", call_id="c")
+    assert not again.fresh and again.attempts == 2
+    with store.tx() as conn:
+        store.finish_step(conn, "k-steps", status="succeeded", output={"ok": True}, duration_ms=1.0)
+    done = store.begin_step(key="k-steps", run_id="r", iteration=0, kind="tool", call_id="c")
+    assert done.status == "succeeded" and done.attempts == 2 and done.output == {"ok": True}
+
+
+def test_an_event_is_marked_processed_once_with_its_outbox(store: Store) -> None:
+    assert store.processed_outbox("e-1", "planner") is None
+    with store.tx() as conn:
+        assert store.mark_processed(conn, "e-1", "planner", [{"x": 1}])
+    with store.tx() as conn:
+        assert not store.mark_processed(conn, "e-1", "planner", [{"x": 2}])
+    assert store.processed_outbox("e-1", "planner") == [{"x": 1}]
+    assert store.processed_outbox("e-1", "observer") is None
+
+
+def test_reply_targets_are_kept_once_and_marked_delivered(store: Store) -> None:
+    with store.tx() as conn:
+        store.add_reply(conn, "r-reply", "q1", "c1")
+        store.add_reply(conn, "r-reply", "q1", "c1")
+        store.add_reply(conn, "r-reply", "q2", None)
+    pending = store.pending_replies("r-reply")
+    assert [(q, c) for _, q, c in pending] == [("q1", "c1"), ("q2", "")]
+    with store.tx() as conn:
+        store.mark_replied(conn, [pending[0][0]])
+    assert [(q, c) for _, q, c in store.pending_replies("r-reply")] == [("q2", "")]
+
+
+def test_a_step_lock_is_exclusive_until_released(store: Store) -> None:
+    results: list[bool] = []
+    with store.step_lock("lock-1") as held:
+        assert held
+        t = threading.Thread(target=lambda: results.append(store.step_lock("lock-1").__enter__()))
+        t.start()
+        t.join()
+    assert results == [False]
+    with store.step_lock("lock-1") as held:
+        assert held
+
+
+def test_a_step_lock_dies_with_the_process_that_held_it(pg_url: str) -> None:
+    store = Store(make_engine(pg_url))
+    holder = subprocess.Popen(
+        [sys.executable, "-c",
+         "import sys,time; from agentfleet.store import Store, make_engine; s=Store(make_engine(sys.argv[1]));"
+         "cm=s.step_lock('lock-proc'); assert cm.__enter__(); print('held', flush=True); time.sleep(60)", pg_url],
+        stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        with store.step_lock("lock-proc") as held:
+            assert not held
+        holder.kill()  # SIGKILL: no cleanup code runs; Postgres drops the session and its lock
+        holder.wait()
+        import time
+
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            with store.step_lock("lock-proc") as held:
+                if held:
+                    break
+            time.sleep(0.1)
+        assert held
+    finally:
+        holder.kill()
+        store.engine.dispose()
+
+
+def test_quiet_runs_are_read_a_page_at_a_time_in_age_order(store: Store) -> None:
+    """The sweeper pages through quiet runs: one still waiting on the first page cannot hide one on the next."""
+    import uuid
+    from datetime import timedelta
+
+    from agentfleet.store.records import now
+
+    prefix = f"quiet-{uuid.uuid4().hex[:6]}"
+    for i in range(5):
+        new_run(store, f"{prefix}-{i}")
+    later = now() + timedelta(seconds=1)
+    seen: list[str] = []
+    after = None
+    while page := store.quiet_runs(later, 2, after):
+        seen += [r.run_id for r in page]
+        after = (page[-1].updated_at, page[-1].run_id)
+    ours = [r for r in seen if r.startswith(prefix)]
+    assert sorted(ours) == [f"{prefix}-{i}" for i in range(5)] and len(seen) == len(set(seen))
+    with store.tx() as conn:
+        store.note_redrive(conn, f"{prefix}-0")
+    redriven = store.get_run(f"{prefix}-0")
+    assert redriven is not None and redriven.redrives == 1 and redriven.redriven_at is not None
+    quiet = [r.run_id for r in store.quiet_runs(redriven.redriven_at, 1000)]  # a stall counted from then on
+    assert f"{prefix}-0" not in quiet and f"{prefix}-1" in quiet

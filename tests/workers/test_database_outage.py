@@ -1,0 +1,72 @@
+"""Postgres down for 15 s with runs in flight: steps wait out the outage in the broker, and every run finishes."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from agentfleet import constants as C
+from tests.conftest import WorkerProcs
+from tests.helpers import AmqpClient, tool_started
+
+pytestmark = [pytest.mark.integration, pytest.mark.chaos]
+
+
+def _pg_ctl(action: str, *extra: str) -> None:
+    version = sorted(Path("/etc/postgresql").glob("*/main"))[-1].parent.name
+    subprocess.run(["pg_ctlcluster", "--skip-systemctl-redirect", version, "main", action, *extra],
+                   check=True, capture_output=True, timeout=120)
+
+
+def test_runs_in_flight_ride_out_a_database_outage(workers: WorkerProcs, namespace: str, tmp_path: Path) -> None:
+    assert shutil.which("pg_ctlcluster"), "this test stops and starts the local Postgres"
+    for role in C.ROLES:
+        workers.start(role)
+    workers.wait_ready()
+    client = AmqpClient()
+    sent = [client.publish_goal(namespace, "goal.ledger", {"agent": "ledger", "input": {}}) for _ in range(4)]
+    time.sleep(0.3)  # the runs are under way
+    _pg_ctl("stop", "-m", "immediate")
+    try:
+        time.sleep(15)
+    finally:
+        _pg_ctl("start")
+    replies = client.replies(len(sent), timeout=120)
+    client.close()
+    assert set(replies) == set(sent), workers.logs()[-4000:]
+    assert all(r["status"] == "succeeded" for r in replies.values()), replies
+    for reply in replies.values():  # each non-idempotent call wrote at most once (UNKNOWN_OUTCOME, never twice)
+        ledger = tmp_path / f"ledger-{reply['run_id']}.txt"
+        entries = [line.split(":")[1] for line in ledger.read_text().splitlines()] if ledger.exists() else []
+        assert len(entries) == len(set(entries))
+    assert all(p.poll() is None for _, p in workers.procs)
+    assert workers.logged("step will be retried")
+
+
+def test_an_outcome_known_when_the_database_went_away_is_committed_when_it_returns(
+    workers: WorkerProcs, namespace: str, tmp_path: Path
+) -> None:
+    """The tool finished while Postgres was down: its result rides in the retried message, so the model gets
+    the real outcome, not UNKNOWN_OUTCOME, and the tool is not run again."""
+    assert shutil.which("pg_ctlcluster")
+    for role in C.ROLES:
+        workers.start(role)
+    workers.wait_ready()
+    client = AmqpClient()
+    corr = client.publish_goal(namespace, "goal.slow_side_effect", {"agent": "slow_side_effect", "input": {}})
+    tool_started(tmp_path)
+    _pg_ctl("stop", "-m", "immediate")  # the tool sleeps 4 s, then writes and returns: into the outage
+    try:
+        time.sleep(8)
+    finally:
+        _pg_ctl("start")
+    result = client.replies(1, timeout=120).get(corr)
+    client.close()
+    assert result is not None and result["status"] == "succeeded", workers.logs()[-4000:]
+    assert result["output"]["seen"] == [{"ok": True, "output": {"written": "once"}}]
+    assert len(next(tmp_path.glob("ledger-*.txt")).read_text().splitlines()) == 1
+    assert len(next(tmp_path.glob("started-*.txt")).read_text().splitlines()) == 1
