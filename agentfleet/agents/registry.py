@@ -12,20 +12,23 @@ import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-import jsonschema
 from pydantic import BaseModel
 
+from agentfleet.agents.plugins import load_plugins
 from agentfleet.constants import DELEGATE_TOOL, FINAL_ANSWER_TOOL, READ_ARTIFACT_TOOL
 from agentfleet.errors import ConfigurationError
+from agentfleet.events.domain import Trigger
 from agentfleet.loop.budgets import Limits
+from agentfleet.loop.decisions import schema_problem
 from agentfleet.loop.transcript import Message
+from agentfleet.tools.artifacts import read_artifact
+from agentfleet.tools.delegate import delegate_tool
 from agentfleet.tools.policy import ApprovalRule, check_rules
+from agentfleet.tools.tool import Tool
 
 if TYPE_CHECKING:
     from agentfleet.config.settings import Settings
-    from agentfleet.events.domain import Trigger
     from agentfleet.models.base import Model
-    from agentfleet.tools.tool import Tool
 
 Schema = dict[str, Any] | type[BaseModel]
 
@@ -35,10 +38,9 @@ def _as_schema(schema: Schema, what: str, agent: str) -> dict[str, Any]:
         return schema.model_json_schema()
     if not isinstance(schema, dict):
         raise ConfigurationError(f"agent {agent!r}: {what} must be a JSON Schema dict or a pydantic model")
-    try:
-        jsonschema.Draft202012Validator.check_schema(schema)
-    except jsonschema.SchemaError as exc:
-        raise ConfigurationError(f"agent {agent!r}: {what} is not a valid JSON Schema: {exc.message}") from exc
+    problem = schema_problem(schema)
+    if problem is not None:
+        raise ConfigurationError(f"agent {agent!r}: {what} is not a valid JSON Schema: {problem}")
     return schema
 
 
@@ -48,8 +50,6 @@ RESERVED_TOOLS = frozenset({FINAL_ANSWER_TOOL, DELEGATE_TOOL, READ_ARTIFACT_TOOL
 
 def _built_in(t: Tool) -> bool:
     """The fleet's own read_artifact, which an agent may list itself."""
-    from agentfleet.tools.artifacts import read_artifact
-
     return t is read_artifact
 
 
@@ -141,22 +141,16 @@ class Agent:
                 raise ConfigurationError(f"agent {name!r}: tool name {t.name!r} is reserved for the fleet's own "
                                          f"tool (it would replace it); rename the tool")
             self.tools[t.name] = t
-        from agentfleet.events.domain import Trigger
-
         if not all(isinstance(t, Trigger) for t in triggers):
             raise ConfigurationError(f"agent {name!r}: triggers takes Trigger objects (agentfleet.Trigger)")
         self.triggers: tuple[Trigger, ...] = tuple(triggers)
         self.delegates: tuple[str, ...] = tuple(delegates)
         if self.delegates:
-            from agentfleet.tools.delegate import delegate_tool
-
             for other in self.delegates:
                 if not isinstance(other, str) or not other.replace("_", "").replace("-", "").isalnum():
                     raise ConfigurationError(f"agent {name!r}: delegates names agents, not {other!r}")
             self.tools[DELEGATE_TOOL] = delegate_tool(self.delegates)
         if any(t.leaves_artifacts for t in self.tools.values()) and READ_ARTIFACT_TOOL not in self.tools:
-            from agentfleet.tools.artifacts import read_artifact
-
             self.tools[READ_ARTIFACT_TOOL] = read_artifact  # how its model reads what did not fit in a result
         for t in self.tools.values():
             if t.fallback is not None and t.fallback not in self.tools:
@@ -265,8 +259,6 @@ registry = AgentRegistry()
 
 def fleet_agents(settings: Settings, wrap: Callable[[Model], Model] | None = None) -> AgentRegistry:
     """The fleet's agents as settings say: plugins first (in the order they require), then the agent modules."""
-    from agentfleet.agents.plugins import load_plugins
-
     load_plugins(settings.plugin_folders, settings.disabled_plugins, entry_points=settings.plugin_entry_points)
     return load_agents(settings.agent_modules, settings.models, wrap)
 
@@ -290,8 +282,6 @@ def load_agents(modules: Iterable[str], models: Mapping[str, str] | None = None,
             raise ConfigurationError(f"agent {agent.name!r} delegates to {', '.join(map(repr, missing))}, which no "
                                      f"loaded module declares (loaded: {', '.join(registry.names())})")
         if agent.delegates:  # now that they are all known: tell its model what each delegate takes
-            from agentfleet.tools.delegate import delegate_tool
-
             agent.tools[DELEGATE_TOOL] = delegate_tool(agent.delegates, {
                 d: (other.instructions, other.goal_schema) for d in agent.delegates
                 if (other := registry.get(d)) is not None})

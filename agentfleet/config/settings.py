@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -16,7 +16,9 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from agentfleet import constants
 from agentfleet.models.pricing import ModelPrice, use_price_overrides
 from agentfleet.models.ratelimit import ModelRateLimit
+from agentfleet.models.retrying import RetryPolicy
 from agentfleet.tools.health import TIER_TIMEOUTS_S
+from agentfleet.tools.policy import ApprovalRule, rules_from_json
 
 # Triggered runs: how many triggers deep one causal chain may go (an agent whose tool publishes the event that
 # triggers it would otherwise start a run every second, forever), and how many runs one trace may hold in all.
@@ -53,10 +55,6 @@ EMBEDDED_POLLING_INTERVAL_S = 0.005
 EMBEDDED_DATABASE_URL = "sqlite:///.agentfleet/agentfleet.db"
 DEFAULT_WORKSPACE = ".agentfleet/workspace"  # what file tools may touch when AGENTFLEET_WORKSPACE is unset
 
-
-if TYPE_CHECKING:
-    from agentfleet.models.retrying import RetryPolicy
-    from agentfleet.tools.policy import ApprovalRule
 
 Profile = Literal["embedded", "distributed"]
 
@@ -165,21 +163,15 @@ class Settings(BaseSettings):
     @field_validator("approval_rules")
     @classmethod
     def _rules_parse(cls, value: str) -> str:
-        from agentfleet.tools.policy import rules_from_json
-
         rules_from_json(value)  # a bad rule stops the process at start-up, naming the fault
         return value
 
     @property
     def rules(self) -> tuple[ApprovalRule, ...]:
-        from agentfleet.tools.policy import rules_from_json
-
         return rules_from_json(self.approval_rules)
 
     @property
     def model_retry_policy(self) -> RetryPolicy:
-        from agentfleet.models.retrying import RetryPolicy
-
         return RetryPolicy(attempts=self.model_retry_attempts, max_delay_s=self.model_retry_max_delay_s)
 
     @property

@@ -79,6 +79,15 @@ def schema_errors(schema: dict[str, Any], instance: Any, limit: int = 10) -> lis
     return out
 
 
+def schema_problem(schema: dict[str, Any]) -> str | None:
+    """Why ``schema`` is not a valid JSON Schema (draft 2020-12), or None: it is."""
+    try:
+        jsonschema.Draft202012Validator.check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        return str(exc.message)
+    return None
+
+
 def calls_signature(calls: Iterable[ToolCall]) -> str:
     """Order-free fingerprint of a set of calls (names and arguments, not ids)."""
     parts = sorted(json.dumps([c.name, c.arguments], sort_keys=True, default=str) for c in calls)

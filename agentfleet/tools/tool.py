@@ -19,10 +19,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, get_type_hints
 
-import jsonschema
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from agentfleet.errors import ConfigurationError, ErrorCode, ToolError
+from agentfleet.events.domain import problems
+from agentfleet.loop.decisions import schema_errors, schema_problem
 from agentfleet.sandbox.options import Sandbox, sandbox_of
 from agentfleet.sandbox.process import SUBPROCESS_MAX_OUTPUT
 from agentfleet.tools.health import HealthCheck, as_health_check
@@ -66,8 +67,6 @@ class ToolContext:
         """Publish domain event ``name`` (``domain.<name>``) once this call's step commits: a retried step
         does not publish twice. A payload that breaks the event's schema is refused: the event is
         dead-lettered with the reason and this raises INVALID_ARGUMENTS."""
-        from agentfleet.events.domain import problems
-
         found = problems(name, payload)
         if found:
             self.refused.append((name, payload, "; ".join(found)))
@@ -222,8 +221,6 @@ class Tool(ToolOptions):
 
 
 def _schema_checked(name: str, schema: dict[str, Any], arguments: dict[str, Any]) -> dict[str, Any]:
-    from agentfleet.loop.decisions import schema_errors
-
     problems = schema_errors(schema, arguments)
     if problems:
         raise ToolError(f"arguments for {name} are invalid: {'; '.join(problems)}", code=ErrorCode.INVALID_ARGUMENTS,
@@ -235,10 +232,9 @@ def checked_schema(schema: Any, owner: str) -> dict[str, Any]:
     """A tool's argument schema as declared outside Python: a valid JSON Schema of an object."""
     if not isinstance(schema, dict) or schema.get("type") != "object":
         raise ConfigurationError(f"{owner}: its schema must be a JSON Schema object with \"type\": \"object\"")
-    try:
-        jsonschema.Draft202012Validator.check_schema(schema)
-    except jsonschema.SchemaError as exc:
-        raise ConfigurationError(f"{owner}: its schema is not a valid JSON Schema: {exc.message}") from None
+    problem = schema_problem(schema)
+    if problem is not None:
+        raise ConfigurationError(f"{owner}: its schema is not a valid JSON Schema: {problem}")
     return schema
 
 
