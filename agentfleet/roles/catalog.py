@@ -1,7 +1,13 @@
-"""Which role's handler takes each consumed event type (``workers/event_task.py`` makes one Celery task of each)."""
+"""What handles each consumed event type (``workers/event_task.py`` makes one Celery task of each).
+
+Which *queue* an event goes to is the wire's business (``events.topology.CONSUMERS``: the topology binds
+queues before any role's code is loaded); what runs when it arrives is this table. They must name the same
+event types, checked when this module loads (an ``assert`` would vanish under ``python -O``).
+"""
 
 from __future__ import annotations
 
+from agentfleet.errors import ConfigurationError
 from agentfleet.events.envelope import EventType
 from agentfleet.events.topology import CONSUMERS
 from agentfleet.roles import approvals, delegation, executor, observer, planner
@@ -22,4 +28,7 @@ HANDLERS: dict[EventType, Handler] = {
     EventType.DELEGATION_STARTED: delegation.on_delegation_started,
     EventType.DOMAIN_EVENT: observer.on_domain_event,
 }
-assert set(HANDLERS) == set(CONSUMERS), "every consumed event type has exactly one handler"
+if set(HANDLERS) != set(CONSUMERS):
+    raise ConfigurationError(f"every consumed event type needs exactly one handler: without one "
+                             f"{sorted(set(CONSUMERS) - set(HANDLERS))}, "
+                             f"not consumed {sorted(set(HANDLERS) - set(CONSUMERS))}")
