@@ -26,6 +26,24 @@ TEST_AGENTS = "agentfleet.examples.repo_report,tests.fixtures.agents"
 SERVICES = {"rabbitmq": ("127.0.0.1", 5672), "postgres": ("127.0.0.1", 5432), "redis": ("127.0.0.1", 6379)}
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Chaos tests first, in the order found, then the rest: they restart RabbitMQ and Postgres, which leaves the
+    connections this process pooled before dead (kombu's pool is process-wide), and they are the slowest. When
+    they lived in tests/chaos/ they ran first by name; the tree now mirrors the package, so it is said here."""
+    items.sort(key=lambda item: item.get_closest_marker("chaos") is None)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_broker_connections_after_chaos(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A chaos test restarts RabbitMQ: every connection kombu pooled in this process before it is dead, and the
+    pool would hand one out to the next test. Dropped after each chaos test."""
+    yield
+    if request.node.get_closest_marker("chaos") is not None:
+        import kombu.pools
+
+        kombu.pools.reset()
+
+
 def _reachable(host: str, port: int) -> bool:
     try:
         with socket.create_connection((host, port), timeout=2):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
@@ -9,8 +10,12 @@ import sys
 import time
 from pathlib import Path
 
+from kombu.exceptions import OperationalError
+
 from agentfleet.config.settings import Settings
 from agentfleet.workers.app import create_app
+
+log = logging.getLogger(__name__)
 
 
 class WorkerProcesses:
@@ -60,7 +65,15 @@ class WorkerProcesses:
         deadline = time.monotonic() + timeout
         seen: set[str] = set()
         while time.monotonic() < deadline:
-            replies = app.control.ping(destination=list(wanted), timeout=1.0) or []
+            try:
+                # A connection of its own each time: kombu's pool is process-wide, and after a broker restart it
+                # hands out a connection that is already dead (the first ping after `agentfleet chaos` failed so).
+                with app.connection() as conn:
+                    replies = app.control.ping(destination=list(wanted), timeout=1.0, connection=conn) or []
+            except (OSError, OperationalError) as exc:  # the broker is still coming back: ask again until the deadline
+                log.warning("workers not pinged yet: %s", exc)
+                time.sleep(0.5)
+                continue
             seen = {name for reply in replies for name in reply}
             if wanted <= seen:
                 return
