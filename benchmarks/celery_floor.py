@@ -1,8 +1,11 @@
-"""Bare Celery: three chained no-op tasks on three queues, the floor for three hops on this broker.
+"""Bare Celery: three chained no-op tasks on three queues, the floor for three hops on this broker; and the same
+chain with one Postgres ``INSERT … COMMIT`` per hop, the floor for three *durable* hops.
 
 The worker processes load this module (``celery -A benchmarks.celery_floor``); the suites drive
 them through :func:`floor_workers`. Same settings as the fleet where they matter: late acks,
-prefetch 1, publisher confirms, the thread pool.
+prefetch 1, publisher confirms, the thread pool; with ``commit_url``, the fleet's own engine
+(``make_engine``: same driver, same pool) on the same database server, one transaction per hop
+committed before the next hop is sent, as a durable step would.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -21,11 +25,16 @@ from pathlib import Path
 import redis
 from celery import Celery
 from kombu import Queue
+from sqlalchemy import Engine, text
+
+from agentfleet.store.db import make_engine
 
 BROKER = os.environ.get("AGENTFLEET_BROKER_URL", "amqp://guest:guest@127.0.0.1:5672//")
 REDIS = os.environ.get("AGENTFLEET_REDIS_URL", "redis://127.0.0.1:6379/0")
 ROOT = Path(__file__).resolve().parents[1]
 QUEUES = ("floor.q1", "floor.q2", "floor.q3")
+COMMIT_URL = os.environ.get("FLOOR_COMMIT_URL")  # set: each hop commits one row before it hands on
+HOPS_TABLE = "floor_hops"
 
 app = Celery("floor", broker=BROKER)
 app.conf.update(task_acks_late=True, worker_prefetch_multiplier=1, task_ignore_result=True,
@@ -34,18 +43,46 @@ app.conf.update(task_acks_late=True, worker_prefetch_multiplier=1, task_ignore_r
 _redis = redis.Redis.from_url(REDIS, socket_timeout=300)
 
 
+_engine: Engine | None = None
+_engine_guard = threading.Lock()
+
+
+def _commit(key: str, hop: int) -> None:
+    """One row, one transaction, committed: what the least durable step would write."""
+    global _engine
+    if COMMIT_URL is None:
+        return
+    if _engine is None:
+        with _engine_guard:
+            if _engine is None:
+                _engine = make_engine(COMMIT_URL)
+    with _engine.begin() as conn:
+        conn.execute(text(f"INSERT INTO {HOPS_TABLE} (chain, hop) VALUES (:chain, :hop)"), {"chain": key, "hop": hop})
+
+
+def create_hops_table(url: str) -> None:
+    engine = make_engine(url)
+    with engine.begin() as conn:
+        conn.execute(text(f"CREATE TABLE IF NOT EXISTS {HOPS_TABLE} (id BIGSERIAL PRIMARY KEY, chain TEXT NOT NULL, "
+                          "hop INTEGER NOT NULL, at TIMESTAMPTZ NOT NULL DEFAULT now())"))
+    engine.dispose()
+
+
 @app.task(name="floor.hop1")
 def hop1(t0: float, key: str) -> None:
+    _commit(key, 1)
     hop2.apply_async((t0, key), queue=QUEUES[1])
 
 
 @app.task(name="floor.hop2")
 def hop2(t0: float, key: str) -> None:
+    _commit(key, 2)
     hop3.apply_async((t0, key), queue=QUEUES[2])
 
 
 @app.task(name="floor.hop3")
 def hop3(t0: float, key: str) -> None:
+    _commit(key, 3)
     _redis.rpush(key, time.time() - t0)
 
 
@@ -82,10 +119,15 @@ class Floor:
 
 
 @contextmanager
-def floor_workers(per_queue: int = 1, concurrency: int = 1) -> Iterator[Floor]:
-    """``per_queue`` thread-pool worker processes on each of the three queues, warmed up."""
+def floor_workers(per_queue: int = 1, concurrency: int = 1, commit_url: str | None = None) -> Iterator[Floor]:
+    """``per_queue`` thread-pool worker processes on each of the three queues, warmed up; with ``commit_url``,
+    each hop commits one row to that database first (the table is made here)."""
     procs = []
     env = {**os.environ, "PYTHONPATH": str(ROOT), "AGENTFLEET_BROKER_URL": BROKER, "AGENTFLEET_REDIS_URL": REDIS}
+    env.pop("FLOOR_COMMIT_URL", None)
+    if commit_url is not None:
+        create_hops_table(commit_url)
+        env["FLOOR_COMMIT_URL"] = commit_url
     with tempfile.TemporaryDirectory() as tmp:
         for queue in QUEUES:
             for _ in range(per_queue):

@@ -192,6 +192,18 @@ def rss_bytes(pid: int) -> int:
     raise RuntimeError(f"no VmRSS for pid {pid}")
 
 
+def role_cpu_s(f: Fleet) -> dict[str, float]:
+    """CPU seconds each role's worker processes have used so far (all of a role's processes together)."""
+    return {role: sum(cpu_seconds(pid) for pid in f.pids(role)) for role in C.ROLES}
+
+
+def cpu_ms_per_iteration(before: dict[str, float], after: dict[str, float], iterations: int) -> dict[str, float]:
+    """Worker CPU per iteration, by role and in all: what a change costs even when latency hides it (a step that
+    waits on I/O costs latency, one that computes costs this, and two cores of it cap throughput)."""
+    per = {role: round((after[role] - before[role]) * 1000 / iterations, 2) for role in before}
+    return {**per, "total": round(sum(per.values()), 2)}
+
+
 def cpu_seconds(pid: int) -> float:
     """User + system CPU the process has used so far, from /proc (Linux)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()

@@ -1,4 +1,5 @@
-"""One agent iteration through real worker processes, beside bare Celery, DBOS and LangGraph in the same run."""
+"""One agent iteration through real worker processes, beside bare Celery, Celery with one Postgres commit per hop,
+DBOS and LangGraph in the same run; and the workers' CPU per iteration, by role."""
 
 from __future__ import annotations
 
@@ -11,7 +12,17 @@ from pathlib import Path
 from agentfleet.store import Store
 from agentfleet.store.db import scratch_database
 from benchmarks.celery_floor import floor_workers
-from benchmarks.common import ONE_EACH, PG_ADMIN, REDIS, Report, Sizes, delete_redis_keys, fleet
+from benchmarks.common import (
+    ONE_EACH,
+    PG_ADMIN,
+    REDIS,
+    Report,
+    Sizes,
+    cpu_ms_per_iteration,
+    delete_redis_keys,
+    fleet,
+    role_cpu_s,
+)
 from benchmarks.peers import run_peer
 
 SUITE = "overhead"
@@ -61,11 +72,15 @@ def gate_cost_ms(n: int) -> tuple[list[float], list[float]]:
 def run(sizes: Sizes, report: Report) -> None:
     with fleet(ONE_EACH) as f:
         f.run("bench_loop", {"iterations": 5})  # warm-up: connections, imports, caches
+        before = role_cpu_s(f)
         run_id = f.run("bench_loop", {"iterations": sizes.overhead_iterations + 1})
+        cpu = cpu_ms_per_iteration(before, role_cpu_s(f), sizes.overhead_iterations + 1)
         ours = iteration_times_ms(f.store, run_id)
     with floor_workers() as floor:
         bare = floor.chain_ms(sizes.floor_chains)
     with scratch_database(PG_ADMIN, prefix="agentfleet_bench") as url:
+        with floor_workers(commit_url=url) as floor:
+            committed = floor.chain_ms(sizes.floor_chains)
         dbos = run_peer("dbos_steps.py", url, sizes.peer_iterations)
         langgraph = run_peer("langgraph_loop.py", url, sizes.peer_iterations)
 
@@ -76,8 +91,11 @@ def run(sizes: Sizes, report: Report) -> None:
     tenth = max(1, len(ours) // 10)
     report.add(SUITE, "agentfleet_first_last_10pct_median_ms",
                [round(statistics.median(ours[:tenth]), 2), round(statistics.median(ours[-tenth:]), 2)])
+    report.add(SUITE, "worker_cpu_ms_per_iteration", cpu,
+               " + ".join(f"{role} {ms}" for role, ms in cpu.items() if role != "total") + f" = {cpu['total']} ms")
     peers = {
         "bare_celery_3_hops": bare,
+        "celery_commit_per_hop_3_hops": committed,
         f"dbos_{dbos['version']}_3_step_workflow": dbos["samples_ms"],
         f"langgraph_{langgraph['version']}_3_node_loop_sync": langgraph["samples_ms_sync"],
         f"langgraph_{langgraph['version']}_3_node_loop_async": langgraph["samples_ms_async"],

@@ -1,4 +1,5 @@
-"""Iterations per second with 1, 2, 4 worker processes per role and many runs in flight, beside bare Celery.
+"""Iterations per second with 1, 2, 4 worker processes per role and many runs in flight, beside bare Celery and
+Celery with one Postgres commit per hop.
 
 Then the same at one process per role with Celery's prefork pool instead of threads (DESIGN §1:
 the pool is a measured choice).
@@ -12,9 +13,10 @@ from sqlalchemy import text
 
 from agentfleet import constants as C
 from agentfleet.loop.states import TERMINAL, RunState
+from agentfleet.store.db import scratch_database
 from agentfleet.workers.roles import ROLES
 from benchmarks.celery_floor import floor_workers
-from benchmarks.common import Fleet, Report, Sizes, fleet, wait_until
+from benchmarks.common import PG_ADMIN, Fleet, Report, Sizes, fleet, wait_until
 
 SUITE = "throughput"
 TERMINAL_SQL = ", ".join(f"'{s.value}'" for s in TERMINAL)
@@ -42,15 +44,23 @@ def run(sizes: Sizes, report: Report) -> None:
         with fleet(dict.fromkeys(ROLES, n)) as f:
             f.run("bench_loop", {"iterations": 3})  # warm-up
             ours = iterations_per_s(f, sizes.throughput_runs, sizes.throughput_iterations)
-        # Bare Celery with the same process count per queue and the planner's thread count each.
-        with floor_workers(per_queue=n, concurrency=ROLES[C.PLANNER].default_concurrency) as floor:
+        # Bare Celery with the same process count per queue and the planner's thread count each; then the same
+        # with one Postgres commit per hop (the floor for durable hops).
+        threads = ROLES[C.PLANNER].default_concurrency
+        with floor_workers(per_queue=n, concurrency=threads) as floor:
             bare = floor.burst_per_s(sizes.floor_burst)
+        with scratch_database(PG_ADMIN, prefix="agentfleet_bench") as url, \
+                floor_workers(per_queue=n, concurrency=threads, commit_url=url) as floor:
+            committed = floor.burst_per_s(sizes.floor_burst)
         ours_at_1, bare_at_1 = ours_at_1 or ours, bare_at_1 or bare
         report.add(SUITE, f"agentfleet_iterations_per_s_{n}_per_role", round(ours, 1),
                    f"{ours:.1f} ({ours / ours_at_1:.2f}× of 1 per role)")
         report.add(SUITE, f"bare_celery_3_hop_chains_per_s_{n}_per_queue", round(bare, 1),
                    f"{bare:.1f} = {3 * bare:.0f} no-op tasks/s ({bare / bare_at_1:.2f}× of 1 per queue)")
         report.add_ratio(SUITE, f"bare_celery_over_agentfleet_{n}", bare, ours)
+        report.add(SUITE, f"celery_commit_per_hop_3_hop_chains_per_s_{n}_per_queue", round(committed, 1))
+        report.add(SUITE, f"agentfleet_over_celery_commit_throughput_{n}", round(ours / committed, 2),
+                   f"{ours / committed:.2f}× (goal ≥ 0.8×)")
     with fleet(dict.fromkeys(ROLES, 1), "--pool", "prefork") as f:
         f.run("bench_loop", {"iterations": 3})
         prefork = iterations_per_s(f, sizes.throughput_runs, sizes.throughput_iterations)

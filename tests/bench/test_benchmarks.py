@@ -23,7 +23,13 @@ def test_each_benchmark_suite_runs_on_a_tiny_size(suite: str) -> None:
     if suite == "overhead":  # every peer measured, each with a ratio
         assert {k for k in figures if k.startswith("agentfleet_over_")} == {
             f"agentfleet_over_{peer}" for peer in figures["samples"] if peer != "agentfleet"}
-        assert len(figures["samples"]) == 5
+        assert len(figures["samples"]) == 6
+        assert "agentfleet_over_celery_commit_per_hop_3_hops" in figures  # the floor for durable hops
+        cpu = figures["worker_cpu_ms_per_iteration"]
+        assert set(cpu) == {"planner", "executor", "observer", "total"} and cpu["total"] > 0
+    if suite == "throughput":
+        assert figures["celery_commit_per_hop_3_hop_chains_per_s_1_per_queue"] > 0
+        assert figures["agentfleet_over_celery_commit_throughput_1"] > 0
     if suite == "growth":
         assert figures["iterations"] == sizes.growth_iterations
     if suite == "recovery":
