@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
@@ -12,9 +14,16 @@ from agentfleet.store import tables as T
 from agentfleet.store.base import StoreBase
 from agentfleet.store.records import now
 
+TRANSCRIPTS_KEPT = 128  # runs whose complete iterations a process keeps (least recently planned dropped first)
+
 
 class Transcripts(StoreBase):
     """A run's messages and its turn's observations."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._transcripts: OrderedDict[str, tuple[int, list[Message]]] = OrderedDict()
+        self._transcripts_guard = threading.Lock()
 
     def append_messages(self, conn: Connection, run_id: str, iteration: int, msgs: Sequence[Message],
                         start: int = 0) -> None:
@@ -26,16 +35,33 @@ class Transcripts(StoreBase):
             )
 
     def transcript(self, run_id: str) -> list[Message]:
-        """The run's messages in order. Read as stored text and validated as one JSON array: the
-        planner reads the whole transcript every iteration, and a decode plus ``model_validate``
-        per row was a third of its CPU (benchmarks/README.md, profile)."""
+        """The run's messages in order, reading only what is new since this process last read the run.
+
+        An iteration's messages are written in two transactions: the model's turn (position 0) when it is
+        planned, the results of its calls (positions 1…) with the next iteration's turn. So once a read sees
+        iteration ``k``, every iteration before ``k`` is complete and never changes again (a retried step
+        rewrites the same slots, ignored): those are kept, per run, and the next read asks only for
+        ``iteration >= k``. The cost of planning no longer grows with the run (it read and validated the whole
+        transcript every iteration). Rows are read as stored text and validated as one JSON array."""
+        with self._transcripts_guard:
+            cached = self._transcripts.get(run_id)
+        done_through, kept = cached if cached is not None else (-1, [])
         with self.engine.connect() as conn:
-            bodies = conn.execute(
-                select(cast(T.messages.c.body, Text))
-                .where(T.messages.c.run_id == run_id)
+            rows = conn.execute(
+                select(T.messages.c.iteration, cast(T.messages.c.body, Text))
+                .where(T.messages.c.run_id == run_id, T.messages.c.iteration > done_through)
                 .order_by(T.messages.c.iteration, T.messages.c.position)
-            ).scalars().all()
-        return MESSAGES.validate_json("[" + ",".join(bodies) + "]")
+            ).all()
+        fresh = MESSAGES.validate_json("[" + ",".join(body for _, body in rows) + "]")
+        if rows:
+            last = rows[-1][0]  # the iteration that may still grow: kept out of the cache
+            complete = [m for (iteration, _), m in zip(rows, fresh, strict=True) if iteration < last]
+            with self._transcripts_guard:
+                self._transcripts[run_id] = (last - 1, [*kept, *complete])
+                self._transcripts.move_to_end(run_id)
+                while len(self._transcripts) > TRANSCRIPTS_KEPT:
+                    self._transcripts.popitem(last=False)
+        return [*kept, *fresh]
 
     def record_observation(self, conn: Connection, *, run_id: str, iteration: int, call_id: str, tool: str,
                            result: dict[str, Any]) -> bool:

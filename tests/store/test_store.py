@@ -158,3 +158,30 @@ def test_quiet_runs_are_read_a_page_at_a_time_in_age_order(store: Store) -> None
     assert redriven is not None and redriven.redrives == 1 and redriven.redriven_at is not None
     quiet = [r.run_id for r in store.quiet_runs(redriven.redriven_at, 1000)]  # a stall counted from then on
     assert f"{prefix}-0" not in quiet and f"{prefix}-1" in quiet
+
+
+def test_the_transcript_is_read_once_per_iteration_and_never_again_once_complete(store: Store) -> None:
+    """Issue "Durability nearly free", item 5: planning reads only what is new. Iterations before the last one a
+    read saw are complete (their tool results are written with the next turn) and kept; rows of those iterations
+    deleted behind the store's back still come back, so they were not read again, while a store with nothing kept
+    reads exactly what the table holds."""
+    from agentfleet.loop.transcript import Message
+    from agentfleet.store import tables as T
+
+    new_run(store, "r-transcript")
+    turn = [Message(role="assistant", content=f"turn {i}") for i in range(4)]
+    results = [Message(role="tool", tool_call_id=f"c{i}", content=f"result {i}") for i in range(4)]
+    with store.tx() as conn:
+        store.append_messages(conn, "r-transcript", 0, [turn[0]])
+    assert store.transcript("r-transcript") == [turn[0]]
+    for i in range(1, 4):  # each plan step: the last iteration's results, then this iteration's turn
+        with store.tx() as conn:
+            store.append_messages(conn, "r-transcript", i - 1, [results[i - 1]], start=1)
+            store.append_messages(conn, "r-transcript", i, [turn[i]])
+        expected = [m for j in range(i) for m in (turn[j], results[j])] + [turn[i]]
+        assert store.transcript("r-transcript") == expected
+    with store.tx() as conn:  # iterations 0-2 are complete and kept (only 3 is read again): delete two of them
+        conn.execute(T.messages.delete().where(T.messages.c.run_id == "r-transcript", T.messages.c.iteration <= 1))
+    assert store.transcript("r-transcript") == expected
+    fresh = Store(store.engine)
+    assert fresh.transcript("r-transcript") == [turn[2], results[2], turn[3]]
