@@ -19,8 +19,9 @@ pytestmark = pytest.mark.integration
 
 LIMIT, WINDOW_S = 4, 2  # "4 per 2 seconds"
 # The limiter counts a request when it lets it go; the server sees it after the HTTP hop, and a planner's
-# first request after its SDK client is made (seen up to 0.13 s later). Spans may fall short by that much.
-HOP_S = 0.25
+# first request after its SDK client is made (seen up to 0.13 s later, and 0.254 s on a full suite's busy
+# machine). Spans may fall short by that much; without the shared limit they are ~0.01 s.
+HOP_S = 0.4
 
 
 @pytest.fixture
