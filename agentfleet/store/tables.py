@@ -18,11 +18,22 @@ from sqlalchemy import (
     Table,
     UniqueConstraint,
     false,
+    text,
 )
+
+from agentfleet.loop.states import TERMINAL, RunState
 
 metadata = MetaData()
 Id = BigInteger().with_variant(Integer, "sqlite")  # SQLite autoincrements INTEGER only
 Ts = DateTime(timezone=True)
+
+# A run not yet ended, as a constant predicate (a partial index is used only for a predicate the planner can
+# prove from the query's own text, not from bound parameters).
+# In the order migration 0013 wrote it.
+ENDED = (RunState.SUCCEEDED, RunState.FAILED, RunState.CANCELLED)
+LIVE_SQL = text("state NOT IN ({})".format(", ".join(f"'{state.value}'" for state in ENDED)))
+if set(ENDED) != TERMINAL:
+    raise RuntimeError("tables.ENDED must name every terminal state (and migration 0013's index with it)")
 
 runs = Table(
     "runs",
@@ -59,6 +70,8 @@ runs = Table(
     UniqueConstraint("agent", "goal_id", name="uq_runs_agent_goal"),
     Index("ix_runs_parent", "parent_run_id"),
     Index("ix_runs_trace", "trace_id"),
+    # Live runs only (migration 0013): what the sweeper scans, whatever the number of ended runs.
+    Index("ix_runs_live", "updated_at", "run_id", postgresql_where=LIVE_SQL, sqlite_where=LIVE_SQL),
 )
 
 # One row per step attempt-set: intent (status started) before side effects, outcome after.

@@ -185,3 +185,39 @@ def test_the_transcript_is_read_once_per_iteration_and_never_again_once_complete
     assert store.transcript("r-transcript") == expected
     fresh = Store(store.engine)
     assert fresh.transcript("r-transcript") == [turn[2], results[2], turn[3]]
+
+
+def test_the_sweepers_live_page_reads_the_index_of_live_runs(store: Store) -> None:
+    """Issue "Durability nearly free", item 5: the sweeper's scan does not grow with ended runs. On Postgres the
+    sweeper's own live page must be answerable from the partial index ix_runs_live (a predicate that drifted from
+    the index's would leave only a scan of every run)."""
+    if store.dialect != "postgresql":
+        pytest.skip("the plan is Postgres's; SQLite has the same index and query")
+    from agentfleet.store.records import now
+
+    assert "ix_runs_live" in store.live_page_plan(now(), 50)
+
+
+def test_quiet_runs_hold_live_runs_and_ended_ones_owing_a_result_merged_in_age_order(store: Store) -> None:
+    """The sweeper's page is two pages merged (live runs through their index, ended runs owing a Result): an
+    ended run whose Result was delivered, or never asked for, is not in it; one still owed is, in its place."""
+    import uuid
+    from datetime import timedelta
+
+    from agentfleet.store.records import now
+
+    prefix = f"merged-{uuid.uuid4().hex[:6]}"
+    names = [f"{prefix}-{i}" for i in range(4)]  # created in this order: oldest first
+    for name in names:
+        new_run(store, name)
+    for name, owes in ((names[1], True), (names[2], False)):
+        with store.tx() as conn:
+            run = store.get_run(name, conn, lock=True)
+            assert run is not None
+            moved = store.transition(conn, run, RunState.PLANNING)
+            assert moved is not None and store.transition(conn, moved, RunState.SUCCEEDED)
+            if owes:
+                store.add_reply(conn, name, "reply-queue", None)
+    later = now() + timedelta(seconds=1)
+    quiet = [r.run_id for r in store.quiet_runs(later, 1000) if r.run_id.startswith(prefix)]
+    assert quiet == [names[0], names[3], names[1]]  # by last change: the two ended ones moved last, in that order
