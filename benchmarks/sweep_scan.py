@@ -1,10 +1,11 @@
 """What one page of the sweeper's scan costs beside a million ended runs (``python -m benchmarks.sweep_scan``;
 figures in benchmarks/README.md, issue 23).
 
-A scratch Postgres database holds ``ENDED`` ended runs (changed over the last two days) and ``LIVE`` live ones gone
-quiet an hour ago; one page of ``PAGE`` quiet runs is read three times by the store (live runs through their own
-partial index, ended runs owing a Result beside them), and three times by the single query the sweeper ran before
-(every run ordered by its last change, filtered). Both must find the same runs.
+A scratch Postgres database holds ``ENDED`` ended runs (changed over the last two days, each with its Result
+delivered to a reply_to) and ``LIVE`` live ones gone quiet an hour ago; one page of ``PAGE`` quiet runs is read
+three times by the store (live runs through their own partial index, ended runs owing a Result beside them), and
+three times by the single query the sweeper ran before (every run ordered by its last change, filtered). Both must
+find the same runs.
 """
 
 from __future__ import annotations
@@ -34,11 +35,16 @@ def main() -> None:
             conn.execute(text(f"INSERT INTO runs ({COLUMNS}) SELECT 'r' || g, 'a', 'g' || g, 't', 'SUCCEEDED', 1, 3, "
                               f"'{{}}', '{{}}', 0, 0, 0, 0, {changed}, {changed}, 0 "
                               f"FROM generate_series(1, {ENDED}) g"))
+            # Each ended run answered a reply_to, delivered (what `agentfleet submit` and AMQP clients leave).
+            conn.execute(text("INSERT INTO run_replies (run_id, reply_to, correlation_id, delivered_at) "
+                              f"SELECT 'r' || g, 'amq.rabbitmq.reply-to', '', {changed} "
+                              f"FROM generate_series(1, {ENDED}) g"))
             quiet = "now() - interval '1 hour'"
             conn.execute(text(f"INSERT INTO runs ({COLUMNS}) SELECT 'live' || g, 'a', 'lg' || g, 't', 'EXECUTING', "
                               f"1, 1, '{{}}', '{{}}', 0, 0, 0, 0, {quiet}, {quiet}, 0 "
                               f"FROM generate_series(1, {LIVE_RUNS}) g"))
             conn.execute(text("ANALYZE runs"))
+            conn.execute(text("ANALYZE run_replies"))
         store, before = Store(engine), now() - timedelta(seconds=120)
         owed = select(T.run_replies.c.run_id).where(T.run_replies.c.delivered_at.is_(None))
         single = (select(T.runs).where(T.runs.c.updated_at < before, T.runs.c.redriven_at.is_(None),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import Connection, Select, func, select, text, union_all, update
+from sqlalchemy import Connection, Select, func, select, union_all, update
 
 from agentfleet.store import tables as T
 from agentfleet.store.base import StoreBase
@@ -19,39 +19,27 @@ class Sweeping(StoreBase):
         """Runs whose row has not changed (nor been re-driven) since ``before``: live ones, and ended
         ones with a Result still owed to a reply_to. Oldest first, a page at a time (``after`` the
         last one seen), so runs that are only waiting never hide stalled ones behind them."""
-        # Two pages merged: live runs through their own index (ix_runs_live: ended runs are never read, however
-        # many), and ended runs still owing a Result (few: their replies are undelivered). Each page a subquery of
-        # its own: SQLite takes no ORDER BY or LIMIT on a bare member of a UNION.
-        live, ended = self._quiet_pages(before, limit, after)
-        both = union_all(select(live.subquery()), select(ended.subquery())).subquery()
-        stmt = select(both).order_by(both.c.updated_at, both.c.run_id).limit(limit)
         with self.engine.connect() as conn:
-            return [RunRecord.from_row(r) for r in conn.execute(stmt).all()]
+            return [RunRecord.from_row(r) for r in conn.execute(self.quiet_runs_query(before, limit, after)).all()]
 
-    def _quiet_pages(self, before: datetime, limit: int, after: tuple[datetime, str] | None) -> tuple[Select, Select]:
+    @staticmethod
+    def quiet_runs_query(before: datetime, limit: int, after: tuple[datetime, str] | None = None) -> Select:
+        """Two pages merged, each read through an index of its own rows only (migration 0013), so ended runs
+        whose Result was delivered cost nothing however many: live runs (``ix_runs_live``; its predicate written
+        as constant text, ``tables.LIVE_SQL``, which the planner can match, unlike bound parameters), and ended runs
+        still owing a Result (``ix_run_replies_owed``). Each page is a subquery of its own: SQLite takes no ORDER
+        BY or LIMIT on a bare member of a UNION."""
         quiet = [T.runs.c.updated_at < before, (T.runs.c.redriven_at.is_(None)) | (T.runs.c.redriven_at < before)]
         if after is not None:
             quiet.append((T.runs.c.updated_at > after[0])
                          | ((T.runs.c.updated_at == after[0]) & (T.runs.c.run_id > after[1])))
         order = (T.runs.c.updated_at, T.runs.c.run_id)
         owed = select(T.run_replies.c.run_id).where(T.run_replies.c.delivered_at.is_(None))
-        # LIVE_SQL is the index's predicate as constant text: the planner matches a partial index only against a
-        # predicate it can read in the query, not one sent as parameters.
         live = select(T.runs).where(T.LIVE_SQL, *quiet).order_by(*order).limit(limit)
         ended = (select(T.runs).where(T.runs.c.state.in_(list(T.ENDED)), T.runs.c.run_id.in_(owed), *quiet)
                  .order_by(*order).limit(limit))
-        return live, ended
-
-    def live_page_plan(self, before: datetime, limit: int) -> str:
-        """How Postgres would read the sweeper's live page, sequential scans refused for the question: it names
-        ``ix_runs_live`` only while the index's predicate is the query's."""
-        live, _ = self._quiet_pages(before, limit, None)
-        with self.engine.connect() as conn:
-            conn.execute(text("SET LOCAL enable_seqscan = off"))
-            sql = live.compile(conn, compile_kwargs={"literal_binds": True})
-            plan = "\n".join(conn.execute(text(f"EXPLAIN {sql}")).scalars())
-            conn.rollback()
-        return plan
+        both = union_all(select(live.subquery()), select(ended.subquery())).subquery()
+        return select(both).order_by(both.c.updated_at, both.c.run_id).limit(limit)
 
     def last_activity(self, run: RunRecord) -> datetime:
         """The latest sign of life of a run: its row, a step starting or finishing, a tool result arriving."""

@@ -143,6 +143,9 @@ run_replies = Table(
     Column("correlation_id", String(255), nullable=False, default=""),
     Column("delivered_at", Ts),
     UniqueConstraint("run_id", "reply_to", "correlation_id", name="uq_run_replies"),
+    # Results still owed only (migration 0013): what the sweeper asks for, whatever the number delivered.
+    Index("ix_run_replies_owed", "run_id", postgresql_where=text("delivered_at IS NULL"),
+          sqlite_where=text("delivered_at IS NULL")),
 )
 
 tool_health_events = Table(

@@ -187,15 +187,23 @@ def test_the_transcript_is_read_once_per_iteration_and_never_again_once_complete
     assert fresh.transcript("r-transcript") == [turn[2], results[2], turn[3]]
 
 
-def test_the_sweepers_live_page_reads_the_index_of_live_runs(store: Store) -> None:
-    """Issue "Durability nearly free", item 5: the sweeper's scan does not grow with ended runs. On Postgres the
-    sweeper's own live page must be answerable from the partial index ix_runs_live (a predicate that drifted from
-    the index's would leave only a scan of every run)."""
+def test_the_sweepers_scan_reads_only_live_runs_and_owed_results_through_their_indexes(store: Store) -> None:
+    """Issue "Durability nearly free", item 5: the sweeper's scan does not grow with ended runs, nor with the
+    Results delivered for them. On Postgres (sequential scans refused for the question) its query must be
+    answerable from the partial indexes of live runs and of undelivered replies; a predicate that drifted from an
+    index's, or a missing index, leaves only a scan of every row."""
     if store.dialect != "postgresql":
-        pytest.skip("the plan is Postgres's; SQLite has the same index and query")
+        pytest.skip("the plan is Postgres's; SQLite has the same indexes and query")
+    from sqlalchemy import text
+
     from agentfleet.store.records import now
 
-    assert "ix_runs_live" in store.live_page_plan(now(), 50)
+    with store.engine.connect() as conn:
+        conn.execute(text("SET LOCAL enable_seqscan = off"))
+        sql = store.quiet_runs_query(now(), 50).compile(conn, compile_kwargs={"literal_binds": True})
+        plan = "\n".join(conn.execute(text(f"EXPLAIN {sql}")).scalars())
+        conn.rollback()
+    assert "ix_runs_live" in plan and "ix_run_replies_owed" in plan, plan
 
 
 def test_quiet_runs_hold_live_runs_and_ended_ones_owing_a_result_merged_in_age_order(store: Store) -> None:
