@@ -14,7 +14,10 @@ from agentfleet.store import tables as T
 from agentfleet.store.base import StoreBase
 from agentfleet.store.records import now
 
-TRANSCRIPTS_KEPT = 128  # runs whose complete iterations a process keeps (least recently planned dropped first)
+# What a process keeps of runs' complete iterations, least recently planned dropped first: at most this many runs,
+# and this many messages in all (a few long runs of large turns must not grow a planner without bound).
+TRANSCRIPTS_KEPT = 128
+MESSAGES_KEPT = 20_000
 
 
 class Transcripts(StoreBase):
@@ -23,6 +26,7 @@ class Transcripts(StoreBase):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._transcripts: OrderedDict[str, tuple[int, list[Message]]] = OrderedDict()
+        self._messages_kept = 0
         self._transcripts_guard = threading.Lock()
 
     def append_messages(self, conn: Connection, run_id: str, iteration: int, msgs: Sequence[Message],
@@ -57,10 +61,14 @@ class Transcripts(StoreBase):
             last = rows[-1][0]  # the iteration that may still grow: kept out of the cache
             complete = [m for (iteration, _), m in zip(rows, fresh, strict=True) if iteration < last]
             with self._transcripts_guard:
+                earlier = self._transcripts.pop(run_id, None)
+                self._messages_kept -= len(earlier[1]) if earlier else 0
                 self._transcripts[run_id] = (last - 1, [*kept, *complete])
-                self._transcripts.move_to_end(run_id)
-                while len(self._transcripts) > TRANSCRIPTS_KEPT:
-                    self._transcripts.popitem(last=False)
+                self._messages_kept += len(kept) + len(complete)
+                while self._transcripts and (len(self._transcripts) > TRANSCRIPTS_KEPT
+                                             or self._messages_kept > MESSAGES_KEPT):
+                    _, (_, dropped) = self._transcripts.popitem(last=False)
+                    self._messages_kept -= len(dropped)
         return [*kept, *fresh]
 
     def record_observation(self, conn: Connection, *, run_id: str, iteration: int, call_id: str, tool: str,

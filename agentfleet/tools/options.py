@@ -62,9 +62,9 @@ class ToolOptions(BaseModel):
 
     @classmethod
     def of(cls, where: str, name: str, options: Mapping[str, Any]) -> ToolOptions:
-        """``options`` as given to a declaration (``where``: ``@tool``, ``subprocess_tool``…), checked: an option
-        not in the list, a value of the wrong kind, or options that contradict each other are configuration
-        errors naming the tool and the fault."""
+        """``options`` as given to a declaration (``where``: ``@tool``, ``subprocess_tool``…): an option not in
+        the list or a value of the wrong kind is a configuration error naming the tool and the fault. Options that
+        contradict each other are ``check``'s, run once, by ``declare``, whichever way the options were made."""
         cls.refuse_unknown(where, options)
         tier = options.get("tier")
         if tier is not None and tier not in TIERS:
@@ -80,7 +80,6 @@ class ToolOptions(BaseModel):
         except ValidationError as exc:
             err = exc.errors()[0]
             raise ConfigurationError(f"tool {name!r}: {'.'.join(map(str, err['loc']))}: {err['msg']}") from None
-        made.check(name)
         return made
 
     def check(self, name: str) -> None:

@@ -229,3 +229,27 @@ def test_quiet_runs_hold_live_runs_and_ended_ones_owing_a_result_merged_in_age_o
     later = now() + timedelta(seconds=1)
     quiet = [r.run_id for r in store.quiet_runs(later, 1000) if r.run_id.startswith(prefix)]
     assert quiet == [names[0], names[3], names[1]]  # by last change: the two ended ones moved last, in that order
+
+
+def test_what_the_transcript_reads_keep_is_bounded_in_messages(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A few long runs of large turns must not grow a planner without bound: past the cap in messages, the least
+    recently planned run's kept iterations are dropped (its next read reads the table again), the others kept."""
+    from agentfleet.loop.transcript import Message
+    from agentfleet.store import tables as T
+    from agentfleet.store import transcript as kept
+
+    monkeypatch.setattr(kept, "MESSAGES_KEPT", 5)
+    for run in ("r-cap-old", "r-cap-new"):
+        new_run(store, run)
+        for i in range(3):  # iterations 0 and 1 complete (4 messages), 2 still open
+            with store.tx() as conn:
+                if i:
+                    store.append_messages(conn, run, i - 1, [Message(role="tool", tool_call_id=f"c{i}", content="r")],
+                                          start=1)
+                store.append_messages(conn, run, i, [Message(role="assistant", content=f"t{i}")])
+        assert len(store.transcript(run)) == 5
+    with store.tx() as conn:  # behind the store's back: what comes back was kept, what is missing was read
+        conn.execute(T.messages.delete().where(T.messages.c.run_id.in_(["r-cap-old", "r-cap-new"]),
+                                               T.messages.c.iteration == 0))
+    assert len(store.transcript("r-cap-new")) == 5  # kept: 4 messages, within the cap
+    assert len(store.transcript("r-cap-old")) == 3  # dropped when the second run's 4 made 8: read again
