@@ -46,9 +46,10 @@ def on_tool_requested(step: Step) -> list[Envelope]:
         cleared = approvals.clear(step, req)
         if isinstance(cleared, list):
             return cleared  # parked for a person: nothing ran
+        # The intent must reach the disk before a call that may not run twice; a repeatable call's may not.
         record = store.begin_step(
             key=key, run_id=step.env.run_id, iteration=req.iteration, kind="tool", call_id=req.call.id,
-            name=req.call.name, input=cleared.arguments, worker=step.worker,
+            name=req.call.name, input=cleared.arguments, worker=step.worker, durable=not _repeatable(step, req),
         )
         ran = False
         published: list[tuple[str, dict[str, Any]]] = []  # domain events the call published
@@ -106,6 +107,14 @@ def on_tool_requested(step: Step) -> list[Envelope]:
         return events
 
 
+
+
+def _repeatable(step: Step, req: ToolRequested) -> bool:
+    """The call's tool may run again with no harm (idempotent, which read-only tools are): its intent need not be
+    durable."""
+    agent = step.rt.agent(req.agent)
+    tool = agent.tools.get(req.call.name) if agent else None
+    return tool is not None and tool.idempotent
 
 
 def _call_info(step: Step, req: ToolRequested, attempt: int, ran: bool) -> ToolCallInfo:

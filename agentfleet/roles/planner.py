@@ -98,8 +98,8 @@ def on_goal_submitted(step: Step) -> list[Envelope]:
                 events = [step.run_ended(run.run_id, Result.model_validate(run.result), redelivery=True)]
             return step.commit(conn, events)
         if run.state == RunState.PENDING:
-            run = store.transition(conn, run, RunState.PLANNING) or run  # we hold the row lock
-    return _plan(step, agent, run, iteration=0, new_messages=[])
+            store.transition(conn, run, RunState.PLANNING)  # we hold the row lock
+    return _plan(step, agent, 0, [], lambda conn, run: run if _planning(0)(run) else None)
 
 
 def _refuse_copy(step: Step, goal: GoalSubmitted, exc: GoalRejected) -> None:
@@ -114,56 +114,71 @@ def _refuse_copy(step: Step, goal: GoalSubmitted, exc: GoalRejected) -> None:
 def on_observation_recorded(step: Step) -> list[Envelope]:
     obs = step.env.body()
     assert isinstance(obs, ObservationRecorded)
-    store = step.rt.store
     agent = step.rt.agent(obs.agent)
     if agent is None:
         raise AgentNotLoaded(f"agent {obs.agent!r} is not loaded by this planner")
     nxt = obs.iteration + 1
-    with store.tx() as conn:
-        run = store.get_run(step.env.run_id, conn, lock=True)
-        if run is None:
-            return step.commit(conn, [])
+    store = step.rt.store
+
+    def arrive(conn: Connection, run: RunRecord) -> RunRecord | None:
+        """The run moved on to plan the next iteration (by this handling or an earlier one), or None: stale."""
         if run.state == RunState.OBSERVING and run.iteration == obs.iteration:
             run = store.transition(conn, run, RunState.PLANNING, iteration=nxt) or run  # we hold the row lock
         if not (run.state == RunState.PLANNING and run.iteration == nxt):
             log.info("stale observation ignored", extra={"state": run.state, "iteration": run.iteration})
-            return step.commit(conn, [])
+            return None
+        return run
+
     tool_messages = [
         Message(role="tool", tool_call_id=o.call_id, name=o.tool, content=o.result.for_model_json())
         for o in obs.observations
     ]
     if obs.repair is not None:
         tool_messages.append(Message(role="user", name=REPAIR_MESSAGE_NAME, content=obs.repair))
-    return _plan(step, agent, run, iteration=nxt, new_messages=tool_messages)
+    return _plan(step, agent, nxt, tool_messages, arrive)
 
 
-def _plan(step: Step, agent: Agent, run: RunRecord, *, iteration: int, new_messages: list[Message]) -> list[Envelope]:
-    """One iteration: gates, the model call (or its checkpoint), the decision, committed with its events."""
+def _plan(step: Step, agent: Agent, iteration: int, new_messages: list[Message],
+          arrive: Callable[[Connection, RunRecord], RunRecord | None]) -> list[Envelope]:
+    """One iteration: gates, the model call (or its checkpoint), the decision, committed with its events.
+
+    Two transactions around the model call. The first holds the run's row: ``arrive`` moves the run to this
+    iteration (or finds it stale), the gates are checked, the plan step's intent is recorded and the transcript
+    read; its commit does not wait for the disk (a crash of the database before the second commits costs one
+    model call: the event is redelivered). The second records the turn and the decision (``_decide_and_commit``).
+    """
     store = step.rt.store
-    limits = Limits.model_validate(run.limits)
-    key = idempotency_key(run.run_id, iteration, "plan")
+    run_id = step.env.run_id
+    key = idempotency_key(run_id, iteration, "plan")
     with store.step_lock(key) as held:
         if not held:
             raise InFlight(f"plan step {key} is being planned elsewhere")
-        gate = (check_gates(limits, run.usage, iteration, run.elapsed_s(), run.steps_used) or _tree_gate(store, run)
-                or (_cause_gate(store, run) if iteration == 0 else None))
-        if gate is not None:
-            status = ResultStatus.CANCELLED if gate.code == ErrorCode.CANCELLED else ResultStatus.FAILED
-            return _end(step, run, new_messages, iteration, None, status, gate.code, gate.message)
-        offer = step.rt.dispatch.offer(list(agent.tools.values()))
-        record = store.begin_step(key=key, run_id=run.run_id, iteration=iteration, kind="plan", worker=step.worker,
-                                  input={"tools": offer.tools, "notice": offer.notice})
-        if record.status != "started":
-            with store.tx() as conn:  # planned by an earlier handling that already committed its events
+        with store.tx() as conn:
+            found = store.get_run(run_id, conn, lock=True)
+            run = arrive(conn, found) if found is not None else None
+            if run is None:
                 return step.commit(conn, [])
-        history = store.transcript(run.run_id)
+            limits = Limits.model_validate(run.limits)
+            gate = (check_gates(limits, run.usage, iteration, run.elapsed_s(), run.steps_used)
+                    or _tree_gate(store, run, conn) or (_cause_gate(store, run, conn) if iteration == 0 else None))
+            if gate is not None:
+                status = ResultStatus.CANCELLED if gate.code == ErrorCode.CANCELLED else ResultStatus.FAILED
+                return _end_in(step, conn, run, run, new_messages, iteration, None, status, gate.code, gate.message)
+            offer = step.rt.dispatch.offer(list(agent.tools.values()))
+            record = store.begin_step(key=key, run_id=run_id, iteration=iteration, kind="plan", worker=step.worker,
+                                      input={"tools": offer.tools, "notice": offer.notice}, conn=conn)
+            if record.status != "started":  # planned by an earlier handling that already committed its events
+                return step.commit(conn, [])
+            if step.carried is None and record.attempts > step.rt.settings.max_step_attempts:
+                msg = f"planning iteration {iteration} crashed its worker {record.attempts - 1} times"
+                return _end_in(step, conn, run, run, new_messages, iteration, None, ResultStatus.FAILED,
+                               ErrorCode.POISON_MESSAGE, msg)
+            history = store.transcript(run_id, conn)
+            # Not durable: a model turn lost with the intent in a database crash is asked for again, as a first try.
+            store.relax(conn)
         if step.carried is not None:  # the model answered before a database outage: commit that answer
             planned = Planned(ModelTurn.model_validate(step.carried["turn"]), float(step.carried["duration_ms"]))
         else:
-            if record.attempts > step.rt.settings.max_step_attempts:
-                msg = f"planning iteration {iteration} crashed its worker {record.attempts - 1} times"
-                return _end(step, run, new_messages, iteration, None, ResultStatus.FAILED, ErrorCode.POISON_MESSAGE,
-                            msg)
             offer = _checkpointed_offer(record.input, offer)
             window = getattr(agent.model, "context_window", None)  # adapters of real models know theirs
             request = ModelRequest(
@@ -174,10 +189,10 @@ def _plan(step: Step, agent: Agent, run: RunRecord, *, iteration: int, new_messa
                                         examples=agent.examples),
             )
             if run.ancestors:  # held in every ancestor before the call: concurrent siblings see each other's
-                held = _reserve(step, agent, run, key, request)
-                if isinstance(held, Termination):
-                    status = ResultStatus.CANCELLED if held.code == ErrorCode.CANCELLED else ResultStatus.FAILED
-                    return _end(step, run, new_messages, iteration, None, status, held.code, held.message)
+                reserved = _reserve(step, agent, run, key, request)
+                if isinstance(reserved, Termination):
+                    status = ResultStatus.CANCELLED if reserved.code == ErrorCode.CANCELLED else ResultStatus.FAILED
+                    return _end(step, run, new_messages, iteration, None, status, reserved.code, reserved.message)
             started = time.perf_counter()
             try:
                 turn = _complete(step.rt.hooks, agent, request, step.rt.settings.model_retry_policy)
@@ -238,26 +253,26 @@ def _level(a: RunRecord) -> TreeLevel:
                      Reservation(a.reserved_tokens, a.reserved_cost_usd, a.reserved_steps))
 
 
-def _cause_gate(store: Store, run: RunRecord) -> Termination | None:
+def _cause_gate(store: Store, run: RunRecord, conn: Connection) -> Termination | None:
     """A triggered run whose goal was still queued when the run whose event started it was stopped (cancelled,
     out of time) does not start: the stop cascades to the triggered runs that exist, and this catches the rest."""
     source = (run.cause or {}).get("run_id")
     if not isinstance(source, str):
         return None
-    cause = store.get_run(source)
+    cause = store.get_run(source, conn)
     if cause is None or not (cause.state == RunState.CANCELLED or cause.error_code == ErrorCode.DEADLINE):
         return None
     what = f"{cause.state} {cause.error_code or ''}".strip()
     return Termination(ErrorCode.CANCELLED, f"the run {source} whose event started it was stopped ({what})")
 
 
-def _tree_gate(store: Store, run: RunRecord) -> Termination | None:
+def _tree_gate(store: Store, run: RunRecord, conn: Connection) -> Termination | None:
     """A delegated run also stops when an ancestor has ended (its cancel cannot reach a child whose goal was
     still queued, with no run to cancel yet: the child sees it here, before its first turn and every other),
     or when an ancestor's subtree has spent that ancestor's limits. One query."""
     if not run.ancestors:
         return None
-    return check_tree([_level(a) for a in store.get_runs(run.ancestors)])
+    return check_tree([_level(a) for a in store.get_runs(run.ancestors, conn)])
 
 
 def _checkpointed_offer(recorded: object, current: Offer) -> Offer:
@@ -324,14 +339,16 @@ def _checkpoint(step: Step, conn: Connection, run: RunRecord, iteration: int, ne
     """Store the observations that led here, the model's turn and the plan step's outcome; a delegated run's
     turn is counted in its ancestors' spend in the same transaction (once, however often it is retried)."""
     store = step.rt.store
-    if new_messages:
-        store.append_messages(conn, run.run_id, iteration - 1, new_messages, start=1)
+    # The results that led here (positions 1… of the last iteration) and this turn (position 0), in one insert.
+    slots = [(iteration - 1, i, m) for i, m in enumerate(new_messages, start=1)]
+    if planned is not None:
+        slots.append((iteration, 0, planned.turn.as_message()))
+    store.write_messages(conn, run.run_id, slots)
     if run.ancestors:  # what the turn spent counts in every ancestor, and what it held there is given back
         held = _released(store, conn, idempotency_key(run.run_id, iteration, "plan"))
         if planned is not None or held is not None:
             store.add_spend(conn, run.ancestors, planned.turn.usage if planned else None, release=held)
     if planned is not None:
-        store.append_messages(conn, run.run_id, iteration, [planned.turn.as_message()])
         summary = _plan_summary(planned.turn)
         store.finish_step(conn, idempotency_key(run.run_id, iteration, "plan"), status="succeeded",
                           output={**summary, "repair": repair} if repair else summary,
@@ -404,21 +421,27 @@ def _repair(step: Step, run: RunRecord, new_messages: list[Message], iteration: 
 def _end(step: Step, run: RunRecord, new_messages: list[Message], iteration: int, planned: Planned | None,
          status: ResultStatus, code: ErrorCode | None = None, message: str | None = None,
          output: dict[str, object] | None = None) -> list[Envelope]:
-    store = step.rt.store
-
     def end(conn: Connection, current: RunRecord) -> list[Envelope]:
-        _checkpoint(step, conn, run, iteration, new_messages, planned)
-        if planned is None:  # the plan step (if it began) ends with the run
-            store.finish_step(conn, idempotency_key(run.run_id, iteration, "plan"), status="failed",
-                              output={"error_code": code, "message": message}, duration_ms=0.0)
-        turn = planned.turn if planned else None
-        usage = _usage_fields(current, turn)
-        ended = dataclasses.replace(current, **usage)  # type: ignore[arg-type]
-        result = result_of(ended, status=status, output=output, error_code=code, message=message,
-                           recovery_suggestion=RECOVERY_SUGGESTIONS.get(code) if code else None)
-        return end_run(step, conn, current, result, **usage)
+        return _end_in(step, conn, current, run, new_messages, iteration, planned, status, code, message, output)
 
     return step.locked_run(lambda current: not is_terminal(current.state) and current.iteration == iteration, end)
+
+
+def _end_in(step: Step, conn: Connection, current: RunRecord, run: RunRecord, new_messages: list[Message],
+            iteration: int, planned: Planned | None, status: ResultStatus, code: ErrorCode | None = None,
+            message: str | None = None, output: dict[str, object] | None = None) -> list[Envelope]:
+    """End the run (``current``: its row, held in ``conn``'s transaction) with the iteration's checkpoint."""
+    store = step.rt.store
+    _checkpoint(step, conn, run, iteration, new_messages, planned)
+    if planned is None:  # the plan step (if it began) ends with the run
+        store.finish_step(conn, idempotency_key(run.run_id, iteration, "plan"), status="failed",
+                          output={"error_code": code, "message": message}, duration_ms=0.0)
+    turn = planned.turn if planned else None
+    usage = _usage_fields(current, turn)
+    ended = dataclasses.replace(current, **usage)  # type: ignore[arg-type]
+    result = result_of(ended, status=status, output=output, error_code=code, message=message,
+                       recovery_suggestion=RECOVERY_SUGGESTIONS.get(code) if code else None)
+    return end_run(step, conn, current, result, **usage)
 
 
 def _planning(iteration: int) -> Callable[[RunRecord], bool]:

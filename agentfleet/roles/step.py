@@ -17,9 +17,22 @@ from agentfleet.events.contracts import Result, ResultStatus
 from agentfleet.events.envelope import Envelope, EventType, RunEnded
 from agentfleet.loop.keys import derived_event_id
 from agentfleet.loop.states import RunState
-from agentfleet.roles.retry import InFlight
 from agentfleet.roles.runtime import Runtime
 from agentfleet.store.records import RunRecord
+
+
+class Duplicate(Exception):
+    """This event was handled (committed) before: what that handling produced, to publish again.
+
+    Raised by ``Step.commit`` when the dedupe mark is already there, so the transaction it was to commit in
+    rolls back and this handling changes nothing. Found at the end rather than read before every handling:
+    a duplicate is rare, and every handler is safe to run again (steps are checkpointed, transitions are
+    compare-and-set), so the check costs no statement of its own.
+    """
+
+    def __init__(self, stored: list[dict[str, Any]]) -> None:
+        super().__init__(f"already handled; {len(stored)} stored event(s) to publish again")
+        self.stored = stored
 
 
 @dataclass
@@ -34,10 +47,12 @@ class Step:
     carried: dict[str, Any] | None = None  # an outcome an earlier attempt knew but could not commit
 
     def commit(self, conn: Connection, events: list[Envelope]) -> list[Envelope]:
-        """Mark the event handled, storing what it produced, in the caller's transaction."""
-        if not self.rt.store.mark_processed(conn, self.env.event_id, self.role, [e.wire() for e in events],
-                                            run_id=self.env.run_id):
-            raise InFlight(f"{self.env.event_id} was handled concurrently")
+        """Mark the event handled, storing what it produced, in the caller's transaction; ``Duplicate`` if it was
+        handled before (that handling's events are the ones to publish)."""
+        store = self.rt.store
+        if not store.mark_processed(conn, self.env.event_id, self.role, [e.wire() for e in events],
+                                    run_id=self.env.run_id):
+            raise Duplicate(store.processed_outbox(self.env.event_id, self.role, conn) or [])
         return events
 
     def event(self, type: EventType, payload: Any, *, key: tuple[object, ...]) -> Envelope:

@@ -35,7 +35,7 @@ class Approvals(StoreBase):
         if conn is not None:
             row = conn.execute(stmt).first()
         else:
-            with self.engine.connect() as own:
+            with self.reading() as own:
                 row = own.execute(stmt).first()
         return ApprovalRecord.from_row(row) if row else None
 
@@ -76,7 +76,7 @@ class Approvals(StoreBase):
     def _approvals(self, *where: Any, limit: int) -> list[ApprovalRecord]:
         stmt = (select(T.approvals).join(T.runs, T.runs.c.run_id == T.approvals.c.run_id)
                 .where(LIVE, *where).order_by(T.approvals.c.requested_at).limit(limit))
-        with self.engine.connect() as conn:
+        with self.reading() as conn:
             return [ApprovalRecord.from_row(r) for r in conn.execute(stmt).all()]
 
     def unapplied_approvals(self, unsent_before: datetime, sent_before: datetime, limit: int = 200
@@ -90,11 +90,11 @@ class Approvals(StoreBase):
                 .where(T.approvals.c.status != APPROVAL_PENDING, T.approvals.c.applied_at.is_(None), unsent,
                        LIVE)  # an ended run has nothing to apply an answer to
                 .order_by(T.approvals.c.resolved_at).limit(limit))
-        with self.engine.connect() as conn:
+        with self.reading() as conn:
             return [(ApprovalRecord.from_row(r), r.trace_id) for r in conn.execute(stmt).all()]
 
     def approvals_of(self, run_id: str) -> list[ApprovalRecord]:
         """A run's requests and answers, in the order they were asked."""
         stmt = select(T.approvals).where(T.approvals.c.run_id == run_id).order_by(T.approvals.c.requested_at)
-        with self.engine.connect() as conn:
+        with self.reading() as conn:
             return [ApprovalRecord.from_row(r) for r in conn.execute(stmt).all()]

@@ -49,7 +49,7 @@ class Artifacts(StoreBase):
         a = T.artifacts.c
         stmt = (select(a.size, a.content).join(T.run_artifacts, T.run_artifacts.c.ref == a.ref)
                 .where(T.run_artifacts.c.run_id == run_id, a.ref == ref).limit(1))
-        with self.engine.connect() as conn:
+        with self.reading() as conn:
             row = conn.execute(stmt).first()
             if row is None:
                 return None
@@ -89,5 +89,5 @@ class Artifacts(StoreBase):
         stmt = (select(r.ref, r.kind, r.size, r.tool, r.call_id, r.created_at, T.artifacts.c.media_type)
                 .join(T.artifacts, T.artifacts.c.ref == r.ref)
                 .where(r.run_id == run_id).order_by(r.created_at, r.call_id))
-        with self.engine.connect() as conn:
+        with self.reading() as conn:
             return [dict(row._mapping) for row in conn.execute(stmt).all()]

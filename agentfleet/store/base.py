@@ -1,8 +1,9 @@
-"""The store's plumbing: transactions with work to do once they commit, insert-unless-present, and the lock
-that holds one step while it runs."""
+"""The store's plumbing: one connection per handling, transactions with work to do once they commit,
+insert-unless-present, and the lock that holds one step while it runs."""
 
 from __future__ import annotations
 
+import contextvars
 import hashlib
 import logging
 import os
@@ -10,13 +11,15 @@ import socket
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Connection, Engine, text
+from sqlalchemy import Connection, Engine
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from agentfleet.hooks.base import Hooks
+from agentfleet.store.sql import POSTGRES, Sql, execute, execute_script
 
 
 def lock_id(key: str) -> int:
@@ -25,6 +28,31 @@ def lock_id(key: str) -> int:
 
 
 log = logging.getLogger(__name__)
+
+TRY_LOCK = Sql("SELECT pg_try_advisory_lock(:k)")
+UNLOCK = Sql("SELECT pg_advisory_unlock(:k)")
+# A transaction whose loss in a database crash costs nothing but a repeat: its WAL is flushed by the next
+# durable commit (WAL is one sequence), and until then its message is not acked, so it is redelivered.
+NOT_DURABLE = "SET LOCAL synchronous_commit TO OFF"
+
+
+@dataclass
+class _Handling:
+    """The connection one handling of one event holds from its start to its end (``StoreBase.handling``)."""
+
+    store: StoreBase
+    conn: Connection
+    thread: int
+    in_tx: bool = False
+    broken: bool = False
+    locks: set[str] = field(default_factory=set)
+
+    def usable(self, store: StoreBase) -> bool:
+        return (self.store is store and not self.in_tx and not self.broken and not self.conn.invalidated
+                and self.thread == threading.get_ident())
+
+
+_handling: contextvars.ContextVar[_Handling | None] = contextvars.ContextVar("agentfleet_handling", default=None)
 
 
 class StoreBase:
@@ -41,19 +69,106 @@ class StoreBase:
         self._local_guard = threading.Lock()
 
     @contextmanager
-    def tx(self) -> Iterator[Connection]:
-        """A transaction; what ``after_commit`` registered in it runs once it has committed."""
+    def handling(self) -> Iterator[None]:
+        """Hold one pooled connection for a whole handling: its transactions, its reads and its step lock.
+
+        A handling used to check a connection out (and ping it) for every transaction and read, about twenty
+        an iteration. The connection is in autocommit: a read is one statement, no BEGIN or ROLLBACK around it,
+        and ``tx`` sends its own BEGIN and COMMIT. Anything asked for while one of its transactions is open (a
+        read that must not see it, a second transaction) gets a connection of its own, as before.
+
+        Postgres only: SQLite runs in the process (a round trip costs nothing), and its driver's autocommit and
+        SQLAlchemy's reset of a returned connection's isolation level do not mix with its ``BEGIN IMMEDIATE``.
+        """
+        if _handling.get() is not None or self.dialect != POSTGRES:
+            yield
+            return
+        conn = self.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+        bound = _Handling(self, conn, threading.get_ident())
+        token = _handling.set(bound)
+        try:
+            yield
+        finally:
+            _handling.reset(token)
+            if bound.locks:  # a lock left held must not go back to the pool with its connection
+                conn.invalidate()
+            conn.close()
+
+    def _bound(self) -> _Handling | None:
+        bound = _handling.get()
+        return bound if bound is not None and bound.usable(self) else None
+
+    @contextmanager
+    def reading(self) -> Iterator[Connection]:
+        """A connection for reads that stand alone: the handling's, when no transaction is open on it."""
+        bound = self._bound()
+        if bound is not None:
+            yield bound.conn
+            return
+        with self.engine.connect() as conn:
+            yield conn
+
+    def relax(self, conn: Connection) -> None:
+        """This transaction's commit need not wait for the disk (Postgres; any time before it commits).
+
+        Only for writes whose loss in a database crash repeats work and loses nothing else (an intent before a
+        model call or a repeatable tool call): a later durable commit flushes them anyway (the WAL is one
+        sequence), and the message that caused them is not acked before one.
+        """
+        if self.dialect == POSTGRES:
+            execute_script(conn, NOT_DURABLE)
+
+    @contextmanager
+    def tx(self, *, durable: bool = True) -> Iterator[Connection]:
+        """A transaction; what ``after_commit`` registered in it runs once it has committed.
+
+        ``durable=False``: ``relax`` it from the start.
+        """
         pending: list[Callable[[], None]] = []
-        with self.engine.begin() as conn:
-            # Kept beside the connection, not in conn.info: reading that on a connection the database
-            # dropped tries to reconnect and raises PendingRollbackError over the real (transient) error.
+        bound = self._bound()
+        if bound is None:
+            with self.engine.begin() as conn:
+                # Kept beside the connection, not in conn.info: reading that on a connection the database
+                # dropped tries to reconnect and raises PendingRollbackError over the real (transient) error.
+                self._after_commit[id(conn)] = pending
+                try:
+                    if not durable:
+                        self.relax(conn)
+                    yield conn
+                finally:
+                    self._after_commit.pop(id(conn), None)
+        else:
+            conn = bound.conn
+            bound.in_tx = True
             self._after_commit[id(conn)] = pending
             try:
-                yield conn
+                execute_script(conn, "BEGIN" if durable else f"BEGIN; {NOT_DURABLE}")
+                try:
+                    yield conn
+                except BaseException:
+                    self._rollback(bound)
+                    raise
+                try:
+                    execute_script(conn, "COMMIT")
+                except BaseException:
+                    self._rollback(bound)
+                    raise
             finally:
                 self._after_commit.pop(id(conn), None)
+                bound.in_tx = False
         for fn in pending:
             fn()
+
+    def _rollback(self, bound: _Handling) -> None:
+        """End a failed transaction on the handling's connection; a connection that cannot is not used again."""
+        if bound.conn.invalidated:
+            bound.broken = True
+            return
+        try:
+            execute_script(bound.conn, "ROLLBACK")
+        except Exception as exc:
+            bound.broken = True
+            log.warning("could not roll back on the handling's connection: %s", exc)
 
     def after_commit(self, conn: Connection, fn: Callable[[], None]) -> None:
         """Run ``fn`` once ``conn``'s transaction (opened by ``tx``) commits; outside ``tx``, now."""
@@ -76,13 +191,15 @@ class StoreBase:
         return conn.execute(stmt).first() is not None
 
     @contextmanager
-    def step_lock(self, key: str) -> Iterator[bool]:
+    def step_lock(self, key: str, *, own_connection: bool = False) -> Iterator[bool]:
         """Exclusive hold on one step while it runs; released if this process dies.
 
-        Postgres: a session advisory lock on its own connection (a killed worker's
-        connection drops, and the lock with it). SQLite (one process): a local set.
+        Postgres: a session advisory lock, on the handling's connection when there is one (a killed worker's
+        connection drops, and the lock with it), else on a connection of its own. ``own_connection``: always
+        its own (a session's advisory locks are re-entrant: asking whether a step is held must not ask the
+        holder's own session). SQLite (one process): a local set.
         """
-        if self.dialect != "postgresql":
+        if self.dialect != POSTGRES:
             with self._local_guard:
                 got = key not in self._local_locks
                 if got:
@@ -94,22 +211,47 @@ class StoreBase:
                     with self._local_guard:
                         self._local_locks.discard(key)
             return
-        conn = self.engine.connect()
+        bound = None if own_connection else self._bound()
+        if bound is not None and key not in bound.locks:
+            got = bool(execute(bound.conn, TRY_LOCK, {"k": lock_id(key)}).scalar())
+            if got:
+                bound.locks.add(key)
+            try:
+                yield got
+            finally:
+                if got:
+                    self._unlock(bound.conn, key, bound)
+            return
+        conn = self.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
         got = False
         try:
-            got = bool(conn.execute(text("SELECT pg_try_advisory_lock(:k)"), {"k": lock_id(key)}).scalar())
-            conn.commit()
+            got = bool(execute(conn, TRY_LOCK, {"k": lock_id(key)}).scalar())
             yield got
         finally:
             try:
                 if got:
-                    conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": lock_id(key)})
-                    conn.commit()
-            except Exception as exc:
-                # Never hand a connection holding a lock back to the pool: closed, its session ends and
-                # the lock with it. Not raised: it would replace what the step itself raised (an outcome
-                # to carry through a database outage).
-                conn.invalidate()
-                log.warning("step lock released by closing its connection: %s", exc)
+                    self._unlock(conn, key, None)
             finally:
                 conn.close()
+
+    def _unlock(self, conn: Connection, key: str, bound: _Handling | None) -> None:
+        if conn.closed:  # the handling ended first and closed its connection: the session, and the lock, are gone
+            if bound is not None:
+                bound.locks.discard(key)
+            return
+        try:
+            if conn.invalidated or (bound is not None and bound.in_tx):
+                raise RuntimeError("the connection holding the lock is in no state to release it")
+            execute(conn, UNLOCK, {"k": lock_id(key)})
+            if bound is not None:
+                bound.locks.discard(key)
+        except Exception as exc:
+            # Never hand a connection holding a lock back to the pool: closed, its session ends and
+            # the lock with it. Not raised: it would replace what the step itself raised (an outcome
+            # to carry through a database outage).
+            if not conn.invalidated:
+                conn.invalidate()
+            if bound is not None:
+                bound.broken = True
+                bound.locks.discard(key)
+            log.warning("step lock released by closing its connection: %s", exc)

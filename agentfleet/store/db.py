@@ -19,9 +19,12 @@ MIGRATIONS = Path(__file__).with_name("migrations")
 
 
 def make_engine(url: str, **kwargs: Any) -> Engine:
+    """The engine for ``url``. Postgres: no ping before each checkout (it was a round trip per handling): a
+    connection the database dropped fails its first statement, which invalidates every pooled connection as old
+    (SQLAlchemy's own disconnect handling, and ``store.sql``'s), and the step is retried (``roles/retry.py``)."""
     parsed = make_url(url)
     if parsed.get_backend_name() != "sqlite":
-        return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20, **kwargs)
+        return create_engine(url, pool_size=10, max_overflow=20, **kwargs)
     if parsed.database and parsed.database != ":memory:":
         Path(parsed.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
     engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30}, **kwargs)

@@ -27,7 +27,7 @@ class Events(StoreBase):
         query = select(T.tool_health_events).order_by(T.tool_health_events.c.occurred_at.desc()).limit(limit)
         if tool is not None:
             query = query.where(T.tool_health_events.c.tool == tool)
-        with self.engine.connect() as conn:
+        with self.reading() as conn:
             rows = conn.execute(query).mappings().all()
         return [{**row, "occurred_at": as_utc(row["occurred_at"])} for row in rows]
 
@@ -44,7 +44,7 @@ class Events(StoreBase):
         if conn is not None:
             row = conn.execute(stmt).first()
         else:
-            with self.engine.connect() as own:
+            with self.reading() as own:
                 row = own.execute(stmt).first()
         return dict(row._mapping) if row is not None else None
 
@@ -58,5 +58,5 @@ class Events(StoreBase):
             stmt = stmt.where(d.name == name)
         if run_id is not None:
             stmt = stmt.where(d.run_id == run_id)
-        with self.engine.connect() as conn:
+        with self.reading() as conn:
             return [dict(r._mapping) for r in conn.execute(stmt).all()]

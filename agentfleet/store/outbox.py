@@ -10,31 +10,39 @@ from sqlalchemy import Connection, select, update
 from agentfleet.store import tables as T
 from agentfleet.store.base import StoreBase
 from agentfleet.store.records import now
+from agentfleet.store.sql import Sql, execute
+
+MARK = Sql("INSERT INTO processed_events (event_id, consumer, outbox, processed_at, run_id) "
+           "VALUES (:event_id, :consumer, :outbox, :at, :run_id) "
+           "ON CONFLICT (event_id, consumer) DO NOTHING RETURNING event_id",
+           json=frozenset({"outbox"}), times=frozenset({"at"}))
+STORED = Sql("SELECT outbox FROM processed_events WHERE event_id = :event_id AND consumer = :consumer",
+             result=("json",))
 
 
 class Outbox(StoreBase):
     """Dedupe marks with their outboxes, and reply targets."""
 
-    def processed_outbox(self, event_id: str, consumer: str) -> list[dict[str, Any]] | None:
-        with self.engine.connect() as conn:
-            row = conn.execute(
-                select(T.processed_events.c.outbox).where(
-                    T.processed_events.c.event_id == event_id, T.processed_events.c.consumer == consumer
-                )
-            ).first()
-        return None if row is None else list(row.outbox)
+    def processed_outbox(self, event_id: str, consumer: str, conn: Connection | None = None
+                         ) -> list[dict[str, Any]] | None:
+        """What the handling of ``event_id`` by ``consumer`` produced, or None: not handled (committed) yet."""
+        if conn is not None:
+            row = execute(conn, STORED, {"event_id": event_id, "consumer": consumer}).first()
+        else:
+            with self.reading() as own:
+                row = execute(own, STORED, {"event_id": event_id, "consumer": consumer}).first()
+        return None if row is None else list(row[0])
 
     def mark_processed(self, conn: Connection, event_id: str, consumer: str, outbox: list[dict[str, Any]],
                        run_id: str | None = None) -> bool:
-        return self._insert_ignore(
-            conn, T.processed_events,
-            dict(event_id=event_id, consumer=consumer, outbox=outbox, processed_at=now(), run_id=run_id),
-            ["event_id", "consumer"],
-        )
+        """The dedupe mark, with the events this handling produced; False: the event was handled already (the
+        insert is the check: the stored outbox is read only then, ``processed_outbox``)."""
+        return execute(conn, MARK, {"event_id": event_id, "consumer": consumer, "outbox": outbox, "at": now(),
+                                    "run_id": run_id}).first() is not None
 
     def stored_events(self, run_id: str) -> list[dict[str, Any]]:
         """Every event the run's handled steps produced (their stored outboxes), oldest first."""
-        with self.engine.connect() as conn:
+        with self.reading() as conn:
             rows = conn.execute(
                 select(T.processed_events.c.outbox).where(T.processed_events.c.run_id == run_id)
                 .order_by(T.processed_events.c.processed_at)
@@ -49,7 +57,7 @@ class Outbox(StoreBase):
         )
 
     def pending_replies(self, run_id: str) -> list[tuple[int, str, str]]:
-        with self.engine.connect() as conn:
+        with self.reading() as conn:
             rows = conn.execute(
                 select(T.run_replies.c.id, T.run_replies.c.reply_to, T.run_replies.c.correlation_id)
                 .where(T.run_replies.c.run_id == run_id, T.run_replies.c.delivered_at.is_(None))

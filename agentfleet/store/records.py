@@ -60,7 +60,11 @@ class RunRecord:
 
     @classmethod
     def from_row(cls, row: Any) -> RunRecord:
-        data = dict(row._mapping)
+        return cls.from_mapping(dict(row._mapping))
+
+    @classmethod
+    def from_mapping(cls, data: dict[str, Any]) -> RunRecord:
+        """A run from its columns by name (a Core row's mapping, or ``store.sql`` values zipped with names)."""
         data["state"] = RunState(data["state"])
         for key in ("created_at", "updated_at", "redriven_at"):
             data[key] = as_utc(data[key])

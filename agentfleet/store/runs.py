@@ -9,15 +9,44 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, func, insert, select, update
+from sqlalchemy import JSON, Connection, DateTime, func, select
 
 from agentfleet.hooks.base import Transition, current_step
 from agentfleet.loop.states import RunState, can_transition
 from agentfleet.store import tables as T
 from agentfleet.store.base import StoreBase
 from agentfleet.store.records import RunRecord, as_utc, now
+from agentfleet.store.sql import Sql, execute, kinds_of
 
 log = logging.getLogger(__name__)
+
+RUN_COLUMNS = tuple(c.name for c in T.runs.columns)
+_RUN_KINDS = kinds_of(T.runs, RUN_COLUMNS)
+_RUN_JSON = frozenset(c.name for c in T.runs.columns if isinstance(c.type, JSON))
+_RUN_TIMES = frozenset(c.name for c in T.runs.columns if isinstance(c.type, DateTime))
+GET_RUN = Sql(f"SELECT {', '.join(RUN_COLUMNS)} FROM runs WHERE run_id = :run_id", result=_RUN_KINDS)
+GET_RUN_LOCKED = Sql(GET_RUN.text + "{for_update}", result=_RUN_KINDS)
+AUDIT_COLUMNS = ("at", "run_id", "agent", "from_state", "to_state", "iteration", "event_id", "event_type", "reason",
+                 "step_duration_ms", "input_tokens", "output_tokens", "cost_usd", "worker")
+AUDIT = Sql(f"INSERT INTO audit ({', '.join(AUDIT_COLUMNS)}) VALUES ({', '.join(':' + c for c in AUDIT_COLUMNS)})",
+            times=frozenset({"at"}))
+_transitions: dict[tuple[str, ...], Sql] = {}
+
+
+def _transition_sql(fields: tuple[str, ...]) -> Sql:
+    """The compare-and-set UPDATE setting ``fields`` (besides state, version, updated_at): one per field set."""
+    stmt = _transitions.get(fields)
+    if stmt is None:
+        sets = ", ".join(f"{f} = :{f}" for f in ("state", "version", "updated_at", *fields))
+        stmt = _transitions[fields] = Sql(
+            f"UPDATE runs SET {sets} WHERE run_id = :run_id AND state = :from_state AND version = :from_version",
+            json=_RUN_JSON & {*fields}, times=_RUN_TIMES & {"updated_at", *fields})
+    return stmt
+
+
+def run_from(row: tuple[object, ...]) -> RunRecord:
+    return RunRecord.from_mapping(dict(zip(RUN_COLUMNS, row, strict=True)))
+
 
 class Runs(StoreBase):
     """Creating, reading and moving runs."""
@@ -47,15 +76,13 @@ class Runs(StoreBase):
         )
 
     def get_run(self, run_id: str, conn: Connection | None = None, *, lock: bool = False) -> RunRecord | None:
-        stmt = select(T.runs).where(T.runs.c.run_id == run_id)
-        if lock:
-            stmt = stmt.with_for_update()
+        stmt = GET_RUN_LOCKED if lock else GET_RUN
         if conn is not None:
-            row = conn.execute(stmt).first()
+            row = execute(conn, stmt, {"run_id": run_id}).first()
         else:
-            with self.engine.connect() as own:
-                row = own.execute(stmt).first()
-        return RunRecord.from_row(row) if row else None
+            with self.reading() as own:
+                row = execute(own, stmt, {"run_id": run_id}).first()
+        return run_from(row) if row else None
 
     def get_runs(self, run_ids: list[str], conn: Connection | None = None, *, lock: bool = False
                  ) -> list[RunRecord]:
@@ -65,7 +92,7 @@ class Runs(StoreBase):
         if lock and self.dialect == "postgresql":
             stmt = stmt.with_for_update()
         if conn is None:
-            with self.engine.connect() as own:
+            with self.reading() as own:
                 rows = own.execute(stmt).all()
         else:
             rows = conn.execute(stmt).all()
@@ -78,12 +105,10 @@ class Runs(StoreBase):
             log.warning("illegal transition ignored", extra={"run_id": run.run_id, "from": run.state, "to": target})
             return None
         changed = dict(state=target, version=run.version + 1, updated_at=now(), **fields)
-        stmt = (
-            update(T.runs)
-            .where(T.runs.c.run_id == run.run_id, T.runs.c.state == run.state, T.runs.c.version == run.version)
-            .values(**changed)
-        )
-        if conn.execute(stmt).rowcount != 1:
+        stmt = _transition_sql(tuple(fields))
+        moved_rows = execute(conn, stmt, {**changed, "state": str(target), "run_id": run.run_id,
+                                          "from_state": str(run.state), "from_version": run.version}).rowcount
+        if moved_rows != 1:
             log.info("stale transition ignored", extra={"run_id": run.run_id, "from": run.state, "to": target})
             return None
         moved = dataclasses.replace(run, **changed)
@@ -104,7 +129,7 @@ class Runs(StoreBase):
     def _record(self, conn: Connection, change: Transition) -> None:
         """The audit row and the hooks' look at the move, in its transaction; the hooks again once it committed."""
         if self.audit:
-            conn.execute(insert(T.audit).values(**change.record()))
+            execute(conn, AUDIT, change.record())
         hooks = self.hooks
         if hooks is not None:
             hooks.on_transition(change)
@@ -120,12 +145,12 @@ class Runs(StoreBase):
             stmt = stmt.where(T.runs.c.state.in_(list(states)))
         if since is not None:
             stmt = stmt.where(T.runs.c.created_at >= since)
-        with self.engine.connect() as conn:
+        with self.reading() as conn:
             return [RunRecord.from_row(r) for r in conn.execute(stmt).all()]
 
     def audit_trail(self, run_id: str) -> list[dict[str, Any]]:
         """A run's state transitions, oldest first (empty when the audit hook is off)."""
-        with self.engine.connect() as conn:
+        with self.reading() as conn:
             rows = conn.execute(select(T.audit).where(T.audit.c.run_id == run_id).order_by(T.audit.c.id)).all()
         return [{**r._mapping, "at": as_utc(r.at)} for r in rows]
 
@@ -134,7 +159,7 @@ class Runs(StoreBase):
         stmt = select(T.runs).where(T.runs.c.parent_run_id == run_id).order_by(T.runs.c.created_at, T.runs.c.run_id)
         if conn is not None:
             return [RunRecord.from_row(r) for r in conn.execute(stmt).all()]
-        with self.engine.connect() as own:
+        with self.reading() as own:
             return [RunRecord.from_row(r) for r in own.execute(stmt).all()]
 
     def count_runs_in_trace(self, trace_id: str, conn: Connection) -> int:
@@ -148,5 +173,5 @@ class Runs(StoreBase):
                 .order_by(T.runs.c.created_at, T.runs.c.run_id).limit(limit))
         if conn is not None:
             return [RunRecord.from_row(r) for r in conn.execute(stmt).all()]
-        with self.engine.connect() as own:
+        with self.reading() as own:
             return [RunRecord.from_row(r) for r in own.execute(stmt).all()]

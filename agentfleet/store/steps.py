@@ -9,6 +9,22 @@ from sqlalchemy import Connection, select, update
 from agentfleet.store import tables as T
 from agentfleet.store.base import StoreBase
 from agentfleet.store.records import StepRecord, now
+from agentfleet.store.sql import Sql, execute
+
+# The intent, or one more attempt at it: one statement either way. A finished step is left as it is (no row
+# comes back, and it is read).
+BEGIN_STEP = Sql(
+    "INSERT INTO steps (idempotency_key, run_id, iteration, kind, call_id, name, status, attempts, input, worker, "
+    "started_at) VALUES (:key, :run_id, :iteration, :kind, :call_id, :name, 'started', 1, :input, :worker, :at) "
+    "ON CONFLICT (idempotency_key) DO UPDATE SET attempts = steps.attempts + 1, worker = excluded.worker, "
+    "started_at = excluded.started_at WHERE steps.status = 'started' "
+    "RETURNING status, attempts, output, input",
+    json=frozenset({"input"}), times=frozenset({"at"}), result=(None, None, "json", "json"))
+STEP = Sql("SELECT status, attempts, output, input FROM steps WHERE idempotency_key = :key",
+           result=(None, None, "json", "json"))
+FINISH_STEP = Sql(
+    "UPDATE steps SET status = :status, output = :output, finished_at = :at, duration_ms = :duration_ms "
+    "WHERE idempotency_key = :key", json=frozenset({"output"}), times=frozenset({"at"}))
 
 
 class Steps(StoreBase):
@@ -25,25 +41,25 @@ class Steps(StoreBase):
         name: str = "",
         input: Any = None,
         worker: str | None = None,
+        durable: bool = True,
+        conn: Connection | None = None,
     ) -> StepRecord:
-        """Record the intent before any side effect; an existing unfinished intent counts an attempt."""
-        with self.tx() as conn:
-            fresh = self._insert_ignore(
-                conn,
-                T.steps,
-                dict(idempotency_key=key, run_id=run_id, iteration=iteration, kind=kind, call_id=call_id,
-                     name=name, status="started", attempts=1, input=input, worker=worker, started_at=now()),
-                ["idempotency_key"],
-            )
-            if fresh:  # the row is what was just inserted: no need to read it back
-                return StepRecord(key, "started", 1, None, fresh=True, input=input)
-            conn.execute(
-                update(T.steps)
-                .where(T.steps.c.idempotency_key == key, T.steps.c.status == "started")
-                .values(attempts=T.steps.c.attempts + 1, worker=worker, started_at=now())
-            )
-            row = conn.execute(select(T.steps).where(T.steps.c.idempotency_key == key)).one()
-        return StepRecord(key, row.status, row.attempts, row.output, fresh=False, input=row.input)
+        """Record the intent before any side effect; an existing unfinished intent counts an attempt.
+
+        In ``conn``'s transaction, or in one of its own, which with ``durable=False`` does not wait for the disk:
+        for an intent whose loss in a database crash only means the step runs again as a first attempt (a model
+        turn, an idempotent tool; ``StoreBase.relax``).
+        """
+        values = dict(key=key, run_id=run_id, iteration=iteration, kind=kind, call_id=call_id, name=name,
+                      input=input, worker=worker, at=now())
+        if conn is not None:
+            row = execute(conn, BEGIN_STEP, values).first() or execute(conn, STEP, {"key": key}).first()
+        else:
+            with self.tx(durable=durable) as own:
+                row = execute(own, BEGIN_STEP, values).first() or execute(own, STEP, {"key": key}).first()
+        assert row is not None, "an intent just written or found"
+        status, attempts, output, recorded = row
+        return StepRecord(key, status, attempts, output, fresh=status == "started" and attempts == 1, input=recorded)
 
     def record_step(self, conn: Connection, *, key: str, run_id: str, iteration: int, call_id: str, name: str,
                     input: Any, worker: str | None, status: str, output: Any) -> None:
@@ -55,14 +71,11 @@ class Steps(StoreBase):
             duration_ms=0.0), ["idempotency_key"])
 
     def finish_step(self, conn: Connection, key: str, *, status: str, output: Any, duration_ms: float) -> None:
-        conn.execute(
-            update(T.steps)
-            .where(T.steps.c.idempotency_key == key)
-            .values(status=status, output=output, finished_at=now(), duration_ms=duration_ms)
-        )
+        execute(conn, FINISH_STEP, {"key": key, "status": status, "output": output, "at": now(),
+                                    "duration_ms": duration_ms})
 
     def steps(self, run_id: str) -> list[dict[str, Any]]:
-        with self.engine.connect() as conn:
+        with self.reading() as conn:
             rows = conn.execute(select(T.steps).where(T.steps.c.run_id == run_id).order_by(T.steps.c.id)).all()
         return [dict(r._mapping) for r in rows]
 
@@ -77,14 +90,14 @@ class Steps(StoreBase):
 
     def open_steps(self, run_id: str) -> list[str]:
         """Idempotency keys of the run's steps whose intent has no outcome yet."""
-        with self.engine.connect() as conn:
+        with self.reading() as conn:
             return list(conn.execute(
                 select(T.steps.c.idempotency_key).where(T.steps.c.run_id == run_id, T.steps.c.status == "started")
             ).scalars().all())
 
     def step_held(self, key: str) -> bool:
         """Whether a live worker holds the step right now (its lock is taken)."""
-        with self.step_lock(key) as got:
+        with self.step_lock(key, own_connection=True) as got:
             return not got
 
     def delegated_calls(self, conn: Connection, run_id: str, iteration: int) -> set[str]:

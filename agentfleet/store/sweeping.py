@@ -19,7 +19,7 @@ class Sweeping(StoreBase):
         """Runs whose row has not changed (nor been re-driven) since ``before``: live ones, and ended
         ones with a Result still owed to a reply_to. Oldest first, a page at a time (``after`` the
         last one seen), so runs that are only waiting never hide stalled ones behind them."""
-        with self.engine.connect() as conn:
+        with self.reading() as conn:
             return [RunRecord.from_row(r) for r in conn.execute(self.quiet_runs_query(before, limit, after)).all()]
 
     @staticmethod
@@ -43,7 +43,7 @@ class Sweeping(StoreBase):
 
     def last_activity(self, run: RunRecord) -> datetime:
         """The latest sign of life of a run: its row, a step starting or finishing, a tool result arriving."""
-        with self.engine.connect() as conn:
+        with self.reading() as conn:
             times = conn.execute(
                 select(func.max(T.steps.c.started_at), func.max(T.steps.c.finished_at))
                 .where(T.steps.c.run_id == run.run_id)

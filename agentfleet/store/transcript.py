@@ -7,17 +7,38 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Connection, Text, cast, select
+from sqlalchemy import Connection
 
 from agentfleet.loop.transcript import MESSAGES, Message
-from agentfleet.store import tables as T
 from agentfleet.store.base import StoreBase
 from agentfleet.store.records import now
+from agentfleet.store.sql import Sql, execute
 
 # What a process keeps of runs' complete iterations, least recently planned dropped first: at most this many runs,
 # and this many messages in all (a few long runs of large turns must not grow a planner without bound).
 TRANSCRIPTS_KEPT = 128
 MESSAGES_KEPT = 20_000
+
+NEW_MESSAGES = Sql("SELECT iteration, CAST(body AS TEXT) FROM messages WHERE run_id = :run_id AND iteration > :after "
+                   "ORDER BY iteration, position")
+RECORD_OBSERVATION = Sql(
+    "INSERT INTO observations (run_id, iteration, call_id, tool, result, received_at) "
+    "VALUES (:run_id, :iteration, :call_id, :tool, :result, :at) "
+    "ON CONFLICT (run_id, iteration, call_id) DO NOTHING RETURNING call_id",
+    json=frozenset({"result"}), times=frozenset({"at"}))
+OBSERVATIONS = Sql("SELECT call_id, tool, result FROM observations WHERE run_id = :run_id AND iteration = :iteration",
+                   result=(None, None, "json"))
+_inserts: dict[int, Sql] = {}
+
+
+def _insert_messages(count: int) -> Sql:
+    """One INSERT of ``count`` messages (their slots already taken: a retried step rewrites none)."""
+    stmt = _inserts.get(count)
+    if stmt is None:
+        rows = ", ".join(f"(:run_id, :i{n}, :p{n}, :b{n})" for n in range(count))
+        stmt = _inserts[count] = Sql(f"INSERT INTO messages (run_id, iteration, position, body) VALUES {rows} "
+                                     "ON CONFLICT (run_id, iteration, position) DO NOTHING")
+    return stmt
 
 
 class Transcripts(StoreBase):
@@ -31,14 +52,18 @@ class Transcripts(StoreBase):
 
     def append_messages(self, conn: Connection, run_id: str, iteration: int, msgs: Sequence[Message],
                         start: int = 0) -> None:
-        for i, message in enumerate(msgs, start=start):
-            self._insert_ignore(
-                conn, T.messages,
-                dict(run_id=run_id, iteration=iteration, position=i, body=message.model_dump(mode="json")),
-                ["run_id", "iteration", "position"],
-            )
+        self.write_messages(conn, run_id, [(iteration, i, m) for i, m in enumerate(msgs, start=start)])
 
-    def transcript(self, run_id: str) -> list[Message]:
+    def write_messages(self, conn: Connection, run_id: str, slots: Sequence[tuple[int, int, Message]]) -> None:
+        """Messages into their (iteration, position) slots, in one statement; a slot already written is kept."""
+        if not slots:
+            return
+        values: dict[str, object] = {"run_id": run_id}
+        for n, (iteration, position, message) in enumerate(slots):
+            values[f"i{n}"], values[f"p{n}"], values[f"b{n}"] = iteration, position, message.model_dump_json()
+        execute(conn, _insert_messages(len(slots)), values)
+
+    def transcript(self, run_id: str, conn: Connection | None = None) -> list[Message]:
         """The run's messages in order, reading only what is new since this process last read the run.
 
         An iteration's messages are written in two transactions: the model's turn (position 0) when it is
@@ -50,12 +75,11 @@ class Transcripts(StoreBase):
         with self._transcripts_guard:
             cached = self._transcripts.get(run_id)
         done_through, kept = cached if cached is not None else (-1, [])
-        with self.engine.connect() as conn:
-            rows = conn.execute(
-                select(T.messages.c.iteration, cast(T.messages.c.body, Text))
-                .where(T.messages.c.run_id == run_id, T.messages.c.iteration > done_through)
-                .order_by(T.messages.c.iteration, T.messages.c.position)
-            ).all()
+        if conn is not None:
+            rows = execute(conn, NEW_MESSAGES, {"run_id": run_id, "after": done_through}).rows
+        else:
+            with self.reading() as own:
+                rows = execute(own, NEW_MESSAGES, {"run_id": run_id, "after": done_through}).rows
         fresh = MESSAGES.validate_json("[" + ",".join(body for _, body in rows) + "]")
         if rows:
             last = rows[-1][0]  # the iteration that may still grow: kept out of the cache
@@ -73,15 +97,10 @@ class Transcripts(StoreBase):
 
     def record_observation(self, conn: Connection, *, run_id: str, iteration: int, call_id: str, tool: str,
                            result: dict[str, Any]) -> bool:
-        return self._insert_ignore(
-            conn, T.observations,
-            dict(run_id=run_id, iteration=iteration, call_id=call_id, tool=tool, result=result, received_at=now()),
-            ["run_id", "iteration", "call_id"],
-        )
+        return execute(conn, RECORD_OBSERVATION, {"run_id": run_id, "iteration": iteration, "call_id": call_id,
+                                                  "tool": tool, "result": result, "at": now()}).first() is not None
 
     def observations(self, conn: Connection, run_id: str, iteration: int) -> list[dict[str, Any]]:
-        rows = conn.execute(
-            select(T.observations)
-            .where(T.observations.c.run_id == run_id, T.observations.c.iteration == iteration)
-        ).all()
-        return [dict(r._mapping) for r in rows]
+        """The results received for an iteration's calls: ``call_id``, ``tool``, ``result`` each."""
+        rows = execute(conn, OBSERVATIONS, {"run_id": run_id, "iteration": iteration}).rows
+        return [{"call_id": c, "tool": t, "result": r} for c, t, r in rows]

@@ -1,9 +1,11 @@
 """The one flow every event task follows, and one Celery task per consumed event type (name = routing key =
 event type).
 
-decode → already handled? republish what that handling produced → else run the
-role's handler (which commits its writes, its dedupe mark and its outbox in one
-transaction) → publish the outbox → return, and Celery acks (acks_late).
+decode → run the role's handler on one database connection held for the whole handling
+(it commits its writes, its dedupe mark and its outbox in one transaction) → publish the
+outbox → return, and Celery acks (acks_late). An event handled before is found by that
+commit (the dedupe mark is there): nothing is changed and what the earlier handling
+produced is published again.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from agentfleet.redaction import redact
 from agentfleet.roles.catalog import HANDLERS
 from agentfleet.roles.retry import CommitPending, InFlight, is_transient, max_retries, retry_delay
 from agentfleet.roles.runtime import runtime_for
-from agentfleet.roles.step import Handler, Step, end_run, result_of
+from agentfleet.roles.step import Duplicate, Handler, Step, end_run, result_of
 
 log = logging.getLogger(__name__)
 
@@ -62,14 +64,14 @@ def run_event(task: EventTask, raw: Any, carried: dict[str, Any] | None = None) 
     with log_context(run_id=env.run_id, trace_id=env.trace_id, event_id=env.event_id, event=str(env.type)), \
             rt.hooks.step(info) as watch:
         try:
-            stored = rt.store.processed_outbox(env.event_id, task.role)
-            if stored is not None:
-                rt.publisher.publish(decode(e) for e in stored)
-                log.info("duplicate event: republished its stored outcome", extra={"events": len(stored)})
-                watch.outcome = "duplicate"
-                return "duplicate"
-            events = task.handler(step)
+            with rt.store.handling():
+                events = task.handler(step)
             rt.publisher.publish(events)
+        except Duplicate as dup:
+            rt.publisher.publish(decode(e) for e in dup.stored)
+            log.info("duplicate event: republished its stored outcome", extra={"events": len(dup.stored)})
+            watch.outcome = "duplicate"
+            return "duplicate"
         except Exception as exc:
             if is_transient(exc):
                 watch.outcome = "retried"
@@ -129,6 +131,9 @@ def _failed_for_good(step: Step, exc: Exception) -> str:
                 events = end_run(step, conn, run, result)
             elif run is None:
                 step.commit(conn, [])
+    except Duplicate as dup:  # handled after all (by another delivery): its outcome stands
+        rt.publisher.publish(decode(e) for e in dup.stored)
+        return "dead-lettered"
     except Exception:
         log.exception("could not end the run after its step failed; the sweeper will find it")
         return "dead-lettered"

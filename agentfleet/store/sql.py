@@ -1,0 +1,190 @@
+"""The statements every iteration runs: written once, rendered once per dialect, run on the driver's own cursor.
+
+SQLAlchemy Core builds, caches and post-processes each execution: measured here, an ``INSERT … ON CONFLICT DO
+NOTHING RETURNING`` built per call costs 217 µs of CPU, prebuilt 105 µs, and the same text on psycopg's cursor
+(prepared on the server after its first run) 55 µs; an iteration runs a few dozen of them. The statements here
+are the hot path's; everything else stays SQLAlchemy Core. Both run on the same connection, so they mix in one
+transaction: a statement here goes to the DBAPI connection under the SQLAlchemy ``Connection`` it is given,
+inside whatever transaction that connection is in.
+
+One text serves Postgres and SQLite: ``:name`` parameters (psycopg gets ``%(name)s``), ``{for_update}`` where
+Postgres locks the rows read (SQLite has one writer anyway). Values are converted as SQLAlchemy's column types
+would: JSON as text (Postgres casts it; SQLite keeps it), timestamps in the text form SQLAlchemy's SQLite
+``DateTime`` reads back, so rows written here read the same through Core and the other way round.
+
+A driver error is raised as SQLAlchemy's wrapped error (``DBAPIError`` and its subclasses), with the connection
+invalidated when it was a disconnect, so retries decide on one kind of error whichever path raised it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from functools import cached_property
+from typing import Any
+
+from sqlalchemy import JSON, Boolean, Connection, DateTime, Table
+from sqlalchemy.exc import DBAPIError
+
+_PARAM = re.compile(r"(?<![:\w]):(\w+)")
+POSTGRES, SQLITE = "postgresql", "sqlite"
+
+
+def _sqlite_time(value: datetime) -> str:
+    """What SQLAlchemy's SQLite ``DateTime`` stores: UTC, no zone, always six digits of microseconds."""
+    if value.tzinfo is not None:
+        value = value.astimezone(UTC)
+    return value.strftime("%Y-%m-%d %H:%M:%S.%f")
+
+
+def _utc(value: Any) -> Any:
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    if isinstance(value, datetime) and value.tzinfo is None:
+        return value.replace(tzinfo=UTC)
+    return value
+
+
+def _json(value: Any) -> Any:
+    return json.loads(value) if isinstance(value, str | bytes) else value
+
+
+# How a result column comes back from each driver, by kind: Postgres decodes JSON and keeps the zone itself.
+LOADERS: dict[str, dict[str, Callable[[Any], Any]]] = {
+    POSTGRES: {"json": lambda v: v, "time": _utc, "bool": lambda v: v},
+    SQLITE: {"json": _json, "time": _utc, "bool": lambda v: None if v is None else bool(v)},
+}
+
+
+def kinds_of(table: Table, names: Sequence[str]) -> tuple[str | None, ...]:
+    """The kind of each named column (json, time, bool, or None for values both drivers return as they are)."""
+    out: list[str | None] = []
+    for name in names:
+        kind = table.c[name].type
+        out.append("json" if isinstance(kind, JSON) else "time" if isinstance(kind, DateTime)
+                   else "bool" if isinstance(kind, Boolean) else None)
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class Sql:
+    """One statement: its text, which parameters are JSON or timestamps, and what kind each result column is."""
+
+    text: str
+    json: frozenset[str] = frozenset()
+    times: frozenset[str] = frozenset()
+    result: tuple[str | None, ...] = ()  # kinds of the result columns (``kinds_of``); shorter: the rest as they are
+    _rendered: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
+
+    def rendered(self, dialect: str) -> str:
+        text = self._rendered.get(dialect)
+        if text is None:
+            text = self.text.replace("{for_update}", " FOR UPDATE" if dialect == POSTGRES else "")
+            if dialect == POSTGRES:
+                text = _PARAM.sub(r"%(\1)s", text.replace("%", "%%"))
+            self._rendered[dialect] = text
+        return text
+
+    @cached_property
+    def _loads(self) -> dict[str, list[tuple[int, Callable[[Any], Any]]]]:
+        return {dialect: [(i, loaders[k]) for i, k in enumerate(self.result) if k is not None]
+                for dialect, loaders in LOADERS.items()}
+
+    def params(self, values: Mapping[str, Any], dialect: str) -> dict[str, Any]:
+        if not self.json and not (self.times and dialect == SQLITE):
+            return dict(values)
+        out = dict(values)
+        for name in self.json:
+            value = out.get(name)
+            if value is not None:
+                out[name] = json.dumps(value, default=str)
+        if dialect == SQLITE:
+            for name in self.times:
+                value = out.get(name)
+                if isinstance(value, datetime):
+                    out[name] = _sqlite_time(value)
+        return out
+
+    def load(self, row: Sequence[Any], dialect: str) -> tuple[Any, ...]:
+        loads = self._loads.get(dialect, [])
+        if not loads:
+            return tuple(row)
+        values = list(row)
+        for i, load in loads:
+            values[i] = load(values[i])
+        return tuple(values)
+
+
+@dataclass(frozen=True)
+class Rows:
+    rows: list[tuple[Any, ...]]
+    rowcount: int
+
+    def first(self) -> tuple[Any, ...] | None:
+        return self.rows[0] if self.rows else None
+
+    def scalar(self) -> Any:
+        return self.rows[0][0] if self.rows else None
+
+
+def dialect_of(conn: Connection) -> str:
+    return conn.dialect.name
+
+
+def execute(conn: Connection, stmt: Sql, values: Mapping[str, Any] | None = None) -> Rows:
+    """Run ``stmt`` on ``conn``'s DBAPI connection (in the transaction it is in), returning its rows."""
+    dialect = conn.dialect.name
+    text = stmt.rendered(dialect)
+    params = stmt.params(values or {}, dialect)
+    dbapi = conn.connection.dbapi_connection
+    assert dbapi is not None, "an invalidated connection"
+    cursor = dbapi.cursor()
+    try:
+        if dialect == POSTGRES:
+            cursor.execute(text, params, prepare=True)
+        else:
+            cursor.execute(text, params)
+        raw = cursor.fetchall() if cursor.description else []
+        rowcount = cursor.rowcount
+    except conn.dialect.loaded_dbapi.Error as exc:
+        raise _wrapped(conn, exc, text, cursor) from exc
+    finally:
+        cursor.close()
+    return Rows([stmt.load(r, dialect) for r in raw], rowcount)
+
+
+def execute_script(conn: Connection, text: str) -> None:
+    """A statement with no parameters and no result (BEGIN, COMMIT, SET LOCAL …), on the DBAPI connection."""
+    dbapi = conn.connection.dbapi_connection
+    assert dbapi is not None, "an invalidated connection"
+    cursor = dbapi.cursor()
+    try:
+        cursor.execute(text)
+    except conn.dialect.loaded_dbapi.Error as exc:
+        raise _wrapped(conn, exc, text, cursor) from exc
+    finally:
+        cursor.close()
+
+
+def _wrapped(conn: Connection, exc: Exception, text: str, cursor: Any) -> BaseException:
+    """The driver's error as SQLAlchemy raises it: a disconnect invalidates the connection (it is not handed back
+    to the pool), and says so, which is what retries decide on (``roles/retry.py``)."""
+    dialect = conn.dialect
+    disconnect = False
+    try:
+        disconnect = dialect.is_disconnect(exc, conn.connection.dbapi_connection, cursor)
+    except Exception:  # deciding must not hide the error itself
+        disconnect = False
+    if disconnect and not conn.invalidated:
+        # As SQLAlchemy does with a disconnect it sees itself: every pooled connection as old as this one is
+        # replaced at its next checkout (a restarted database dropped them all; without the pre-ping each would
+        # otherwise fail one step first), and this one is closed, not handed back.
+        mark_pool = getattr(conn.engine.pool, "_invalidate", None)
+        if mark_pool is not None:
+            mark_pool(conn.connection, exc, _checkin=False)
+        conn.invalidate(exc)
+    return DBAPIError.instance(text, None, exc, dialect.loaded_dbapi.Error, hide_parameters=True,
+                               connection_invalidated=disconnect, dialect=dialect)

@@ -1,0 +1,169 @@
+"""The store's hot-path plumbing: one connection per handling, statements on the driver's cursor, no pre-ping.
+
+What it must keep: a row written by ``store.sql`` reads the same through SQLAlchemy Core (and the other way round)
+on both databases; a handling's transactions, reads and step lock share one session, and nothing a handling holds
+outlives it; a connection the database dropped costs one failed, retryable step, not one per pooled connection.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from sqlalchemy import insert, select, text
+
+from agentfleet.loop.states import RunState
+from agentfleet.loop.transcript import Message
+from agentfleet.roles.retry import is_transient
+from agentfleet.store import Store, make_engine, upgrade
+from agentfleet.store import tables as T
+from agentfleet.store.sql import Sql, execute
+
+pytestmark = pytest.mark.integration
+
+BACKEND_PID = Sql("SELECT pg_backend_pid()")
+SYNC_COMMIT = Sql("SELECT current_setting('synchronous_commit')")
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path}/store.db"
+        upgrade(url)
+    else:
+        url = request.getfixturevalue("pg_url")
+    engine = make_engine(url)
+    yield Store(engine)
+    engine.dispose()
+
+
+@pytest.fixture
+def pg_store(pg_url: str) -> Iterator[Store]:
+    engine = make_engine(pg_url)
+    yield Store(engine)
+    engine.dispose()
+
+
+def test_rows_written_on_the_driver_read_the_same_through_core_and_back(store: Store) -> None:
+    at = datetime(2026, 12, 1, 20, 37, 30, 5, tzinfo=UTC)
+    with store.tx() as conn:
+        assert store.create_run(conn, run_id="r-sql", agent="a", goal_id="g", trace_id="t",
+                                input={"nested": [1, "two", None]}, limits={"max_steps": 3})
+        store.mark_processed(conn, "e-sql", "planner", [{"event_id": "x", "payload": {"ü": 1.5}}], run_id="r-sql")
+        store.write_messages(conn, "r-sql", [(0, 0, Message(role="assistant", content="hi")),
+                                             (0, 1, Message(role="tool", tool_call_id="c", content="ok"))])
+        conn.execute(insert(T.steps).values(idempotency_key="k-core", run_id="r-sql", iteration=0, kind="tool",
+                                            status="started", attempts=1, input={"a": [1]}, started_at=at))
+    run = store.get_run("r-sql")  # written by Core, read on the driver
+    assert run is not None and run.input == {"nested": [1, "two", None]} and run.limits == {"max_steps": 3}
+    assert run.created_at.tzinfo is not None and run.unpriced is False and run.state == RunState.PENDING
+    again = store.begin_step(key="k-core", run_id="r-sql", iteration=0, kind="tool")
+    assert again.attempts == 2 and again.input == {"a": [1]} and not again.fresh
+    with store.engine.connect() as conn:  # written on the driver, read by Core
+        outbox = conn.execute(select(T.processed_events.c.outbox, T.processed_events.c.processed_at)).one()
+        bodies = conn.execute(select(T.messages.c.body).order_by(T.messages.c.position)).scalars().all()
+        started = conn.execute(select(T.steps.c.started_at).where(T.steps.c.idempotency_key == "k-core")).scalar()
+    assert outbox.outbox == [{"event_id": "x", "payload": {"ü": 1.5}}]
+    assert outbox.processed_at is not None
+    assert [b["content"] for b in bodies] == ["hi", "ok"]
+    assert started is not None and started.replace(tzinfo=None) > at.replace(tzinfo=None)
+    assert [m.content for m in store.transcript("r-sql")] == ["hi", "ok"]
+
+
+def test_a_handlings_transactions_reads_and_step_lock_share_one_session(pg_store: Store) -> None:
+    store = pg_store
+    with store.handling():
+        with store.reading() as conn:
+            first = execute(conn, BACKEND_PID).scalar()
+        with store.step_lock("k-shared") as held:
+            assert held
+            with store.tx() as conn:
+                assert execute(conn, BACKEND_PID).scalar() == first
+                with store.reading() as other:  # a read beside an open transaction does not see into it
+                    assert execute(other, BACKEND_PID).scalar() != first
+            with store.step_lock("k-shared", own_connection=True) as elsewhere:
+                assert not elsewhere  # held: by the handling's own session
+    with store.step_lock("k-shared", own_connection=True) as after:
+        assert after, "released with the handling"
+
+
+def test_a_relaxed_transaction_does_not_wait_for_the_disk_and_the_next_one_does(pg_store: Store) -> None:
+    store = pg_store
+    with store.handling():
+        with store.tx(durable=False) as conn:
+            assert execute(conn, SYNC_COMMIT).scalar() == "off"
+        with store.tx() as conn:
+            assert execute(conn, SYNC_COMMIT).scalar() == "on"
+            store.relax(conn)
+            assert execute(conn, SYNC_COMMIT).scalar() == "off"
+        with store.reading() as conn:
+            assert execute(conn, SYNC_COMMIT).scalar() == "on"
+
+
+def test_a_handling_left_by_an_exception_holding_a_lock_does_not_hand_it_to_the_pool(pg_store: Store) -> None:
+    store = pg_store
+    lock = store.step_lock("k-leak")
+    with pytest.raises(RuntimeError), store.handling():
+        assert lock.__enter__()
+        raise RuntimeError("the handler crashed before its lock was released")
+    with store.step_lock("k-leak", own_connection=True) as held:
+        assert held, "the connection that held it was closed, and its session's lock with it"
+
+
+def test_a_failed_transaction_leaves_the_handlings_connection_usable(store: Store) -> None:
+    with store.tx() as conn:
+        assert store.create_run(conn, run_id="r-fail", agent="a", goal_id="g-fail", trace_id="t", input={}, limits={})
+    with store.handling():
+        with pytest.raises(Exception), store.tx() as conn:  # noqa: B017 - the driver's own integrity error
+            conn.execute(insert(T.runs).values(run_id="r-fail", agent="a", goal_id="g-fail", trace_id="t",
+                                               state="PENDING", version=0, iteration=0, input={}, limits={},
+                                               steps_used=0, input_tokens=0, output_tokens=0, cost_usd=0.0,
+                                               created_at=datetime.now(UTC), updated_at=datetime.now(UTC)))
+        with store.tx() as conn:  # rolled back, not left in a failed transaction
+            assert store.get_run("r-fail", conn) is not None
+
+
+def test_a_connection_the_database_dropped_fails_one_step_then_the_pool_recovers(pg_store: Store) -> None:
+    store = pg_store
+    with store.handling(), store.reading() as conn:
+        pids = {execute(conn, BACKEND_PID).scalar()}
+    # Several connections in the pool, as a busy worker has them.
+    held = [store.engine.connect() for _ in range(3)]
+    for c in held:
+        pids.add(c.execute(text("SELECT pg_backend_pid()")).scalar())
+        c.close()
+    with make_engine(str(store.engine.url.render_as_string(hide_password=False))).connect() as admin:
+        admin.execute(text("SELECT pg_terminate_backend(pid) FROM unnest(CAST(:pids AS int[])) AS pid"),
+                      {"pids": list(pids)})
+        admin.commit()
+    failures = []
+    for _ in range(3):
+        try:
+            with store.handling(), store.tx() as conn:
+                execute(conn, BACKEND_PID)
+        except Exception as exc:
+            failures.append(exc)
+    assert len(failures) == 1, failures  # the first statement on a dead connection; then every old one is replaced
+    assert is_transient(failures[0]), failures[0]
+
+
+def test_handlings_on_threads_use_their_own_connections(pg_store: Store) -> None:
+    store = pg_store
+    seen: list[int] = []
+    barrier = threading.Barrier(3)
+
+    def handle() -> None:
+        with store.handling():
+            with store.reading() as conn:
+                seen.append(execute(conn, BACKEND_PID).scalar())
+            barrier.wait(timeout=10)  # all three hold theirs at once
+
+    threads = [threading.Thread(target=handle) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=20)
+    assert len(set(seen)) == 3
