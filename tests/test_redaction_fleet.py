@@ -32,6 +32,8 @@ def test_a_canary_secret_appears_in_no_log_audit_row_public_message_or_flower_ev
     client.channel.queue_bind(public, f"{namespace}.public", routing_key="#")
 
     app = create_app(Settings(broker_url=BROKER_URL, namespace=namespace))
+    # Task events are off until someone watches: switched on as Flower does, and each worker has said so.
+    assert len(app.control.enable_events(reply=True, timeout=10, limit=len(C.ROLES)) or []) == len(C.ROLES)
     events: list[dict[str, Any]] = []
     with app.connection_for_read() as conn:  # what Flower is told: Celery's task events
         receiver = app.events.Receiver(conn, handlers={"*": events.append})

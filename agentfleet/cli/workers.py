@@ -14,7 +14,7 @@ from agentfleet.config.settings import get_settings
 if TYPE_CHECKING:
     pass
 from agentfleet.cli.app import app
-from agentfleet.cli.common import out
+from agentfleet.cli.common import err, out
 
 
 @app.command()
@@ -144,4 +144,8 @@ def flower(
     if unauthenticated_api:
         os.environ["FLOWER_UNAUTHENTICATED_API"] = "true"
     celery_app = create_app(get_settings())
+    try:  # what is running now shows its tasks at once; Flower itself enables workers that come later
+        celery_app.control.enable_events()
+    except Exception as exc:  # the broker is away: Flower reports that itself
+        err.print(f"could not switch task events on yet: {exc}")
     celery_app.start(["flower", f"--port={port}", f"--address={address}", *ctx.args])

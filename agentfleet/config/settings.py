@@ -127,6 +127,10 @@ class Settings(BaseSettings):
     # metrics_addr:metrics_port by each worker (unset: no metrics; 0: any free port), and the user's own
     # hooks as comma-separated module:attribute entries.
     audit: bool = True
+    # Celery's task events (task-received, -started, -succeeded: what Flower lists) from every task, always. Off by
+    # default, as in Celery: three extra messages a step, ~1 ms of worker CPU an iteration here. Flower switches
+    # them on in the workers it watches (its enable_events, every few seconds, and `agentfleet flower` at start).
+    task_events: bool = False
     audit_log: Path | None = None  # also append each committed transition here as a JSON line
     metrics_port: int | None = Field(default=None, ge=0, le=65535)
     metrics_addr: str = "127.0.0.1"

@@ -91,17 +91,18 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         # timeout and retries wait in the broker (countdowns of seconds), never in a worker.
         "task_soft_time_limit": TASK_SOFT_TIME_LIMIT_S,
         "task_time_limit": TASK_TIME_LIMIT_S,
-        # Flower sees the real work.
         # The resizable thread pool, also for plain `celery -A agentfleet.workers.app worker` (whose
         # default `--pool prefork` defers to this setting, as Celery documents).
         "worker_pool": pool_implementation("threads"),
-        "worker_send_task_events": True,
+        # Flower sees the real work once it watches: it switches task events on in every worker (they cost three
+        # messages a step when nobody listens). AGENTFLEET_TASK_EVENTS=true sends them always.
+        "worker_send_task_events": settings.task_events,
         # A namespace isolates the control plane too: `inspect`, `control`, `agentfleet scale` and Flower
         # in one namespace see and touch only its workers, however many namespaces share the broker.
         "control_exchange": topology.control,
         "event_exchange": topology.celery_events,
         "event_queue_prefix": topology.celery_events,
-        "task_send_sent_event": True,
+        "task_send_sent_event": settings.task_events,
         "worker_hijack_root_logger": False,
         # A task whose broker connection is lost cannot ack any more: its message is redelivered,
         # so stop it rather than finish work someone else is about to do again.
