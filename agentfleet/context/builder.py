@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from agentfleet.constants import FINAL_ANSWER_TOOL
-from agentfleet.loop.transcript import MESSAGES, Message
+from agentfleet.loop.transcript import MESSAGES, Message, message_chars
 
 # A rough, provider-neutral estimate; adapters report exact usage after each call. Counting exactly before
 # the call would need each provider's tokenizer, and neither is installable offline (tiktoken downloads
@@ -25,6 +25,12 @@ PROMPT_SHARE_OF_WINDOW = 0.75
 
 def estimate_tokens(messages: Sequence[Message]) -> int:
     return len(MESSAGES.dump_json(list(messages), exclude_none=True)) // CHARS_PER_TOKEN + 1
+
+
+def tokens_for(chars: int, count: int) -> int:
+    """``estimate_tokens`` of ``count`` messages whose ``message_chars`` add up to ``chars``, without serializing
+    them again: the JSON of a list is its items, the commas between them and two brackets."""
+    return (2 + chars + max(0, count - 1)) // CHARS_PER_TOKEN + 1
 
 
 def context_budget(max_tokens: int, context_window: int | None) -> int:
@@ -53,13 +59,22 @@ def build_messages(
     budget_tokens: int,
     notice: str | None = None,
     examples: Sequence[Message] = (),
+    transcript_chars: int | None = None,
 ) -> list[Message]:
     """The messages for one model call; ``examples`` (the agent's worked exchange) come before the goal,
-    ``notice`` (which tools are unavailable now, and why) last, as it is about this turn only."""
+    ``notice`` (which tools are unavailable now, and why) last, as it is about this turn only.
+    ``transcript_chars``: the transcript's ``message_chars`` summed, when the caller keeps it (``History``): a
+    prompt within budget then costs nothing per message of the transcript."""
     head = [Message(role="system", content=system_prompt(instructions)), *examples, goal_message(goal_input)]
     tail = [Message(role="system", content=notice)] if notice else []
+    if transcript_chars is None:
+        total = estimate_tokens([*head, *transcript, *tail])
+    else:
+        framing = sum(map(message_chars, head)) + sum(map(message_chars, tail))
+        total = tokens_for(framing + transcript_chars, len(head) + len(transcript) + len(tail))
+    if total <= budget_tokens:
+        return [*head, *transcript, *tail]
     body = list(transcript)
-    total = estimate_tokens(head + body + tail)
     # Elide oldest tool results until we fit; never the last assistant turn's results.
     last_assistant = max((i for i, m in enumerate(body) if m.role == "assistant"), default=-1)
     for i, message in enumerate(body):

@@ -94,10 +94,19 @@ def calls_signature(calls: Iterable[ToolCall]) -> str:
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 
 
-def plan_signatures(transcript: Iterable[Message]) -> list[str]:
+def plan_signatures(transcript: Sequence[Message], last: int | None = None) -> list[str]:
     """Signatures of the call sets the model made so far, oldest first: read off the transcript the
-    planner already holds, rather than stored a second time and fetched again."""
-    return [calls_signature(m.tool_calls) for m in transcript if m.role == "assistant" and m.tool_calls]
+    planner already holds, rather than stored a second time and fetched again. ``last``: only the most recent
+    that many, read from the end (what ``decide`` looks at: a long run's check must not cost more each turn)."""
+    if last is None:
+        return [calls_signature(m.tool_calls) for m in transcript if m.role == "assistant" and m.tool_calls]
+    found: list[str] = []
+    for m in reversed(transcript):
+        if len(found) >= last:
+            break
+        if m.role == "assistant" and m.tool_calls:
+            found.append(calls_signature(m.tool_calls))
+    return found[::-1]
 
 
 def usable_turn(turn: ModelTurn) -> ModelTurn:

@@ -40,6 +40,7 @@ from agentfleet.loop.budgets import (
     check_turn,
 )
 from agentfleet.loop.decisions import (
+    NO_PROGRESS_REPEATS,
     Dispatch,
     Fail,
     Finish,
@@ -51,7 +52,7 @@ from agentfleet.loop.decisions import (
 )
 from agentfleet.loop.keys import idempotency_key
 from agentfleet.loop.states import RunState, is_terminal
-from agentfleet.loop.transcript import Message, ModelTurn
+from agentfleet.loop.transcript import History, Message, ModelTurn
 from agentfleet.models.base import ModelRequest, estimated_usage
 from agentfleet.models.retrying import RetryPolicy, with_retries
 from agentfleet.roles import delegation
@@ -173,9 +174,10 @@ def _plan(step: Step, agent: Agent, iteration: int, new_messages: list[Message],
                 msg = f"planning iteration {iteration} crashed its worker {record.attempts - 1} times"
                 return _end_in(step, conn, run, run, new_messages, iteration, None, ResultStatus.FAILED,
                                ErrorCode.POISON_MESSAGE, msg)
-            history = store.transcript(run_id, conn)
+            history = store.history(run_id, conn)
             # Not durable: a model turn lost with the intent in a database crash is asked for again, as a first try.
             store.relax(conn)
+        seen = history.plus(new_messages)  # what the model is shown: all it has seen, and what came back
         if step.carried is not None:  # the model answered before a database outage: commit that answer
             planned = Planned(ModelTurn.model_validate(step.carried["turn"]), float(step.carried["duration_ms"]))
         else:
@@ -184,9 +186,9 @@ def _plan(step: Step, agent: Agent, iteration: int, new_messages: list[Message],
             request = ModelRequest(
                 run_id=run.run_id, agent=agent.name, iteration=iteration, goal=run.input,
                 tools=agent.tool_specs(offer.tools),
-                messages=build_messages(agent.instructions, run.input, history + new_messages,
+                messages=build_messages(agent.instructions, run.input, seen.messages,
                                         budget_tokens=context_budget(limits.max_tokens, window), notice=offer.notice,
-                                        examples=agent.examples),
+                                        examples=agent.examples, transcript_chars=seen.chars),
             )
             if run.ancestors:  # held in every ancestor before the call: concurrent siblings see each other's
                 reserved = _reserve(step, agent, run, key, request)
@@ -205,7 +207,7 @@ def _plan(step: Step, agent: Agent, iteration: int, new_messages: list[Message],
                             f"{agent.model.name}: {exc}")
             planned = Planned(turn, round((time.perf_counter() - started) * 1000, 3))
         try:
-            return _decide_and_commit(step, agent, run, new_messages, iteration, planned, history)
+            return _decide_and_commit(step, agent, run, new_messages, iteration, planned, seen)
         except Exception as exc:
             if outcome_at_risk(exc):
                 raise CommitPending({"turn": planned.turn.model_dump(mode="json"),
@@ -283,12 +285,13 @@ def _checkpointed_offer(recorded: object, current: Offer) -> Offer:
 
 
 def _decide_and_commit(step: Step, agent: Agent, run: RunRecord, new_messages: list[Message], iteration: int,
-                       planned: Planned, history: list[Message]) -> list[Envelope]:
+                       planned: Planned, seen: History) -> list[Envelope]:
+    """``seen``: the transcript and this iteration's results, as the model was shown them."""
     limits = Limits.model_validate(run.limits)
     planned = dataclasses.replace(planned, turn=usable_turn(planned.turn))  # what the store can hold, as decided
-    repairs_used = sum(1 for m in [*history, *new_messages] if m.role == "user" and m.name == REPAIR_MESSAGE_NAME)
-    decision = decide(planned.turn, agent.result_schema, plan_signatures(history), tools=agent.tools.keys(),
-                      repairs_left=limits.max_repairs - repairs_used, max_calls=limits.max_calls_per_turn)
+    decision = decide(planned.turn, agent.result_schema, plan_signatures(seen.messages, NO_PROGRESS_REPEATS - 1),
+                      tools=agent.tools.keys(),
+                      repairs_left=limits.max_repairs - seen.repairs, max_calls=limits.max_calls_per_turn)
     if isinstance(decision, Dispatch):
         # What the model wrote (names, arguments, text), at the context builder's rate: not the message's framing,
         # which an honest model's count of its output does not include.

@@ -9,7 +9,7 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from agentfleet.loop.transcript import MESSAGES, Message
+from agentfleet.loop.transcript import MESSAGES, History, Message
 from agentfleet.store.base import StoreBase
 from agentfleet.store.records import now
 from agentfleet.store.sql import Sql, execute
@@ -46,7 +46,7 @@ class Transcripts(StoreBase):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._transcripts: OrderedDict[str, tuple[int, list[Message]]] = OrderedDict()
+        self._transcripts: OrderedDict[str, tuple[int, History]] = OrderedDict()
         self._messages_kept = 0
         self._transcripts_guard = threading.Lock()
 
@@ -64,7 +64,12 @@ class Transcripts(StoreBase):
         execute(conn, _insert_messages(len(slots)), values)
 
     def transcript(self, run_id: str, conn: Connection | None = None) -> list[Message]:
-        """The run's messages in order, reading only what is new since this process last read the run.
+        """The run's messages in order (``history``'s)."""
+        return self.history(run_id, conn).messages
+
+    def history(self, run_id: str, conn: Connection | None = None) -> History:
+        """The run's messages in order, with their sizes and repair count, reading only what is new since this
+        process last read the run.
 
         An iteration's messages are written in two transactions: the model's turn (position 0) when it is
         planned, the results of its calls (positions 1…) with the next iteration's turn. So once a read sees
@@ -74,26 +79,28 @@ class Transcripts(StoreBase):
         transcript every iteration). Rows are read as stored text and validated as one JSON array."""
         with self._transcripts_guard:
             cached = self._transcripts.get(run_id)
-        done_through, kept = cached if cached is not None else (-1, [])
+        done_through, kept = cached if cached is not None else (-1, History())
         if conn is not None:
             rows = execute(conn, NEW_MESSAGES, {"run_id": run_id, "after": done_through}).rows
         else:
             with self.reading() as own:
                 rows = execute(own, NEW_MESSAGES, {"run_id": run_id, "after": done_through}).rows
+        if not rows:
+            return kept
         fresh = MESSAGES.validate_json("[" + ",".join(body for _, body in rows) + "]")
-        if rows:
-            last = rows[-1][0]  # the iteration that may still grow: kept out of the cache
-            complete = [m for (iteration, _), m in zip(rows, fresh, strict=True) if iteration < last]
-            with self._transcripts_guard:
-                earlier = self._transcripts.pop(run_id, None)
-                self._messages_kept -= len(earlier[1]) if earlier else 0
-                self._transcripts[run_id] = (last - 1, [*kept, *complete])
-                self._messages_kept += len(kept) + len(complete)
-                while self._transcripts and (len(self._transcripts) > TRANSCRIPTS_KEPT
-                                             or self._messages_kept > MESSAGES_KEPT):
-                    _, (_, dropped) = self._transcripts.popitem(last=False)
-                    self._messages_kept -= len(dropped)
-        return [*kept, *fresh]
+        last = rows[-1][0]  # the iteration that may still grow: kept out of the cache
+        done = sum(1 for iteration, _ in rows if iteration < last)  # rows come in iteration order
+        complete = kept.plus(fresh[:done])
+        with self._transcripts_guard:
+            earlier = self._transcripts.pop(run_id, None)
+            self._messages_kept -= len(earlier[1].messages) if earlier else 0
+            self._transcripts[run_id] = (last - 1, complete)
+            self._messages_kept += len(complete.messages)
+            while self._transcripts and (len(self._transcripts) > TRANSCRIPTS_KEPT
+                                         or self._messages_kept > MESSAGES_KEPT):
+                _, (_, dropped) = self._transcripts.popitem(last=False)
+                self._messages_kept -= len(dropped.messages)
+        return complete.plus(fresh[done:])
 
     def record_observation(self, conn: Connection, *, run_id: str, iteration: int, call_id: str, tool: str,
                            result: dict[str, Any]) -> bool:

@@ -2,8 +2,14 @@ from __future__ import annotations
 
 import json
 
+from hypothesis import given
+from hypothesis import strategies as st
+
+from agentfleet.constants import REPAIR_MESSAGE_NAME
 from agentfleet.context import build_messages, estimate_tokens
+from agentfleet.context.builder import tokens_for
 from agentfleet.loop import Message, ToolCall
+from agentfleet.loop.transcript import History, message_chars
 
 
 def transcript(n: int, size: int) -> list[Message]:
@@ -57,3 +63,34 @@ def test_an_agents_worked_example_comes_between_the_instructions_and_the_goal() 
     messages = build_messages("i", {"path": "."}, [], budget_tokens=10_000, examples=example)
     assert [m.role for m in messages] == ["system", "user", "assistant", "tool", "user"]
     assert messages[1:4] == example and json.loads(messages[4].content or "") == {"goal": {"path": "."}}
+
+
+# -- sizing a transcript kept as it grows (History) ------------------------------------------------------------------
+
+_texts = st.text(st.characters(blacklist_categories=["Cs"]), max_size=40)
+_messages = st.lists(st.builds(
+    Message,
+    role=st.sampled_from(["user", "assistant", "tool", "system"]),
+    content=st.none() | _texts,
+    tool_calls=st.lists(st.builds(ToolCall, id=st.text("abc", min_size=1, max_size=4), name=st.just("t"),
+                                  arguments=st.dictionaries(st.text("xyz", max_size=3), st.integers() | _texts,
+                                                            max_size=3)), max_size=2),
+    tool_call_id=st.none() | st.text("abc", max_size=4),
+    name=st.none() | st.sampled_from(["t", REPAIR_MESSAGE_NAME]),
+), max_size=12)
+
+
+@given(_messages)
+def test_a_transcript_sized_from_its_kept_sum_is_sized_as_if_serialized_whole(messages: list[Message]) -> None:
+    assert tokens_for(sum(map(message_chars, messages)), len(messages)) == estimate_tokens(messages)
+
+
+@given(_messages, _messages, st.integers(min_value=1, max_value=400))
+def test_a_history_kept_message_by_message_builds_the_prompt_a_whole_transcript_would(
+        first: list[Message], then: list[Message], budget: int) -> None:
+    kept = History.of(first).plus(then)
+    whole = [*first, *then]
+    assert kept.messages == whole
+    assert kept.repairs == sum(1 for m in whole if m.role == "user" and m.name == REPAIR_MESSAGE_NAME)
+    assert (build_messages("i", {"g": 1}, kept.messages, budget, notice="n", transcript_chars=kept.chars)
+            == build_messages("i", {"g": 1}, whole, budget, notice="n"))

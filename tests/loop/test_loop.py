@@ -131,6 +131,8 @@ class TestDecisions:
                                                      Message(role="tool", tool_call_id="1", content="{}"))]
         transcript.append(Message(role="assistant", content="thinking aloud, no calls"))
         assert plan_signatures(transcript) == [calls_signature(calls) for calls in turns]
+        assert plan_signatures(transcript, last=2) == [calls_signature(calls) for calls in turns[1:]]
+        assert plan_signatures(transcript, last=5) == plan_signatures(transcript)
         # Two identical call sets in the history and the same again now: no progress.
         decision = decide(ModelTurn(tool_calls=[call("a", x=1)]), SCHEMA, plan_signatures(transcript[:4]))
         assert isinstance(decision, Fail) and decision.code == ErrorCode.NO_PROGRESS
