@@ -45,20 +45,23 @@ def on_tool_finished(step: Step) -> list[Envelope]:
     store = step.rt.store
 
     def fan_in(conn: Connection, run: RunRecord) -> list[Envelope]:
-        store.record_observation(conn, run_id=run.run_id, iteration=done.iteration, call_id=done.call_id,
-                                 tool=done.tool, result=done.result.model_dump(mode="json"))
-        received = {o["call_id"]: o for o in store.observations(conn, run.run_id, done.iteration)}
-        if not fan_in_complete(done.sibling_call_ids, received):
-            approvals.wait_if_parked(step, conn, run, done.sibling_call_ids, received)
-            delegation.wait_for_children(step, conn, run, done.sibling_call_ids, received)
-            return step.commit(conn, [])
+        first = store.record_observation(conn, run_id=run.run_id, iteration=done.iteration, call_id=done.call_id,
+                                         tool=done.tool, result=done.result.model_dump(mode="json"))
+        if first and done.sibling_call_ids == [done.call_id]:  # the iteration's one call, first answered: no read
+            observations = [Observation(call_id=done.call_id, tool=done.tool, result=done.result)]
+        else:
+            received = {o["call_id"]: o for o in store.observations(conn, run.run_id, done.iteration)}
+            if not fan_in_complete(done.sibling_call_ids, received):
+                approvals.wait_if_parked(step, conn, run, done.sibling_call_ids, received)
+                delegation.wait_for_children(step, conn, run, done.sibling_call_ids, received)
+                return step.commit(conn, [])
+            observations = [
+                Observation(call_id=cid, tool=received[cid]["tool"],
+                            result=ToolResult.model_validate(received[cid]["result"]))
+                for cid in done.sibling_call_ids
+            ]
         if not store.transition(conn, run, RunState.OBSERVING):
             return step.commit(conn, [])
-        observations = [
-            Observation(call_id=cid, tool=received[cid]["tool"],
-                        result=ToolResult.model_validate(received[cid]["result"]))
-            for cid in done.sibling_call_ids
-        ]
         event = step.event(
             EventType.OBSERVATION_RECORDED,
             ObservationRecorded(agent=run.agent, iteration=done.iteration, observations=observations),

@@ -100,12 +100,16 @@ class StoreBase:
 
     @contextmanager
     def reading(self) -> Iterator[Connection]:
-        """A connection for reads that stand alone: the handling's, when no transaction is open on it."""
+        """A connection for reads that stand alone: the handling's, when no transaction is open on it; else one of
+        its own, in autocommit on Postgres (no BEGIN and ROLLBACK around a read; a ROLLBACK also makes psycopg
+        drop every statement it had prepared on that connection)."""
         bound = self._bound()
         if bound is not None:
             yield bound.conn
             return
         with self.engine.connect() as conn:
+            if self.dialect == POSTGRES:
+                conn.execution_options(isolation_level="AUTOCOMMIT")
             yield conn
 
     def relax(self, conn: Connection) -> None:
