@@ -265,7 +265,7 @@ def wait_if_parked(step: Step, conn: Connection, run: RunRecord, expected: list[
 
 def on_approval_requested(step: Step) -> list[Envelope]:
     """Announce the request on the public exchange; the run waits once nothing else of its iteration runs."""
-    asked = step.env.body()
+    asked = step.body()
     assert isinstance(asked, ApprovalRequested)
     store, publisher = step.rt.store, step.rt.publisher
     record = store.approval(asked.approval_id)
@@ -285,7 +285,7 @@ def on_approval_requested(step: Step) -> list[Envelope]:
 def on_approval_resolved(step: Step) -> list[Envelope]:
     """Announce the answer and send the parked call on: the executor runs it (approved, maybe with edited
     arguments) or answers the model APPROVAL_DENIED / APPROVAL_EXPIRED, and its result fans in as usual."""
-    answered = step.env.body()
+    answered = step.body()
     assert isinstance(answered, ApprovalResolved)
     store, publisher = step.rt.store, step.rt.publisher
     record = store.approval(answered.approval_id)

@@ -191,7 +191,7 @@ def wait_for_children(step: Step, conn: Connection, run: RunRecord, expected: li
 
 def on_delegation_started(step: Step) -> list[Envelope]:
     """A call of this run went to a child run: the run waits once nothing else of its iteration runs."""
-    started = step.env.body()
+    started = step.body()
     assert isinstance(started, DelegationStarted)
     store = step.rt.store
 

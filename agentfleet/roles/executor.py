@@ -36,7 +36,7 @@ log = logging.getLogger(__name__)
 
 
 def on_tool_requested(step: Step) -> list[Envelope]:
-    req = step.env.body()
+    req = step.body()
     assert isinstance(req, ToolRequested)
     store = step.rt.store
     key = req.idempotency_key

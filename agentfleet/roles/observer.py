@@ -40,7 +40,7 @@ log = logging.getLogger(__name__)
 
 
 def on_tool_finished(step: Step) -> list[Envelope]:
-    done = step.env.body()
+    done = step.body()
     assert isinstance(done, ToolFinished)
     store = step.rt.store
 
@@ -79,7 +79,7 @@ _FANNING_IN = (RunState.EXECUTING, RunState.WAITING_APPROVAL, RunState.WAITING_C
 
 
 def on_cancel_requested(step: Step) -> list[Envelope]:
-    cancel = step.env.body()
+    cancel = step.body()
     assert isinstance(cancel, RunCancelRequested)
 
     def cancel_it(conn: Connection, run: RunRecord) -> list[Envelope]:
@@ -92,7 +92,7 @@ def on_cancel_requested(step: Step) -> list[Envelope]:
 
 def on_run_ended(step: Step) -> list[Envelope]:
     """Deliver the Result: to every reply_to that asked for it, and to the public exchange."""
-    ended = step.env.body()
+    ended = step.body()
     assert isinstance(ended, RunEnded)
     store, publisher = step.rt.store, step.rt.publisher
     result = Result.model_validate(ended.result)
@@ -127,7 +127,7 @@ def on_run_ended(step: Step) -> list[Envelope]:
 
 def on_tool_health_changed(step: Step) -> list[Envelope]:
     """Keep the transition and mirror it on the public exchange for dashboards and pagers."""
-    change = step.env.body()
+    change = step.body()
     assert isinstance(change, ToolHealthChanged)
     store, publisher = step.rt.store, step.rt.publisher
     notice = ToolHealthNotice(tool=change.tool, kind=change.kind, status=change.status, detail=change.detail,
@@ -144,7 +144,7 @@ def on_domain_event(step: Step) -> list[Envelope]:
     """Record a domain event once, mirror it on the public exchange, and start the runs its triggers name:
     one per (event id, agent), however often the event arrives. A trigger whose input breaks its agent's
     goal schema starts nothing: the goal is dead-lettered with INPUT_INVALID, never shown to a model."""
-    event = step.env.body()
+    event = step.body()
     assert isinstance(event, DomainEvent)
     store, publisher = step.rt.store, step.rt.publisher
     with store.tx() as conn:

@@ -67,7 +67,7 @@ RESERVED, RELEASED = "reserved", "released"  # a delegated plan step's hold on i
 
 
 def on_goal_submitted(step: Step) -> list[Envelope]:
-    goal = step.env.body()
+    goal = step.body()
     assert isinstance(goal, GoalSubmitted)
     store = step.rt.store
     agent = step.rt.agent(goal.agent)
@@ -77,13 +77,11 @@ def on_goal_submitted(step: Step) -> list[Envelope]:
                              "input differently)")
     limits = agent.limits.tightened_by(goal.limits)
     with store.tx() as conn:
-        store.create_run(
+        run = store.start_run(
             conn, run_id=step.env.run_id, agent=goal.agent, goal_id=goal.goal_id, trace_id=step.env.trace_id,
             input=goal.input, limits=limits.model_dump(),
             parent=goal.parent.model_dump(mode="json") if goal.parent else None, cause=goal.cause,
         )
-        run = store.get_run(step.env.run_id, conn, lock=True)
-        assert run is not None
         try:  # the one check for every goal from the inbox: this reads the run anyway
             check_conflict(goal.goal_id, goal.input, run)
         except GoalRejected as exc:
@@ -113,7 +111,7 @@ def _refuse_copy(step: Step, goal: GoalSubmitted, exc: GoalRejected) -> None:
 
 
 def on_observation_recorded(step: Step) -> list[Envelope]:
-    obs = step.env.body()
+    obs = step.body()
     assert isinstance(obs, ObservationRecorded)
     agent = step.rt.agent(obs.agent)
     if agent is None:

@@ -8,9 +8,10 @@ derive the ids of the events it causes, end a run with its Result. The Celery si
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import BaseModel
 from sqlalchemy import Connection
 
 from agentfleet.events.contracts import Result, ResultStatus
@@ -45,6 +46,14 @@ class Step:
     worker: str
     redelivered: bool = False
     carried: dict[str, Any] | None = None  # an outcome an earlier attempt knew but could not commit
+    _body: BaseModel | None = field(default=None, init=False, repr=False, compare=False)
+
+    def body(self) -> BaseModel:
+        """The event's payload as its typed model, validated once per handling (MalformedEvent if it does not
+        fit)."""
+        if self._body is None:
+            self._body = self.env.body()
+        return self._body
 
     def commit(self, conn: Connection, events: list[Envelope]) -> list[Envelope]:
         """Mark the event handled, storing what it produced, in the caller's transaction; ``Duplicate`` if it was

@@ -25,6 +25,9 @@ _RUN_KINDS = kinds_of(T.runs, RUN_COLUMNS)
 _RUN_JSON = frozenset(c.name for c in T.runs.columns if isinstance(c.type, JSON))
 _RUN_TIMES = frozenset(c.name for c in T.runs.columns if isinstance(c.type, DateTime))
 GET_RUN = Sql(f"SELECT {', '.join(RUN_COLUMNS)} FROM runs WHERE run_id = :run_id", result=_RUN_KINDS)
+CREATE_RUN = Sql(f"INSERT INTO runs ({', '.join(RUN_COLUMNS)}) VALUES ({', '.join(':' + c for c in RUN_COLUMNS)}) "
+                 f"ON CONFLICT (run_id) DO NOTHING RETURNING {', '.join(RUN_COLUMNS)}",
+                 json=_RUN_JSON, times=_RUN_TIMES, result=_RUN_KINDS)
 GET_RUN_LOCKED = Sql(GET_RUN.text + "{for_update}", result=_RUN_KINDS)
 AUDIT_COLUMNS = ("at", "run_id", "agent", "from_state", "to_state", "iteration", "event_id", "event_type", "reason",
                  "step_duration_ms", "input_tokens", "output_tokens", "cost_usd", "worker")
@@ -81,16 +84,32 @@ class Runs(StoreBase):
         parent: dict[str, Any] | None = None,
         cause: dict[str, Any] | None = None,
     ) -> bool:
+        """Create the run unless it exists; True when this call created it."""
+        return self._create_run(conn, run_id=run_id, agent=agent, goal_id=goal_id, trace_id=trace_id, input=input,
+                                limits=limits, parent=parent, cause=cause) is not None
+
+    def start_run(self, conn: Connection, **fields: Any) -> RunRecord:
+        """The run ``create_run``'s fields describe, held (row-locked) in ``conn``'s transaction: the one this call
+        created (as written: not read back), or the one already there."""
+        created = self._create_run(conn, **fields)
+        if created is not None:
+            return created
+        run = self.get_run(fields["run_id"], conn, lock=True)
+        assert run is not None, "a run that conflicted is there"
+        return run
+
+    def _create_run(self, conn: Connection, *, run_id: str, agent: str, goal_id: str, trace_id: str,
+                    input: dict[str, Any], limits: dict[str, Any], parent: dict[str, Any] | None = None,
+                    cause: dict[str, Any] | None = None) -> RunRecord | None:
         ts = now()
-        return self._insert_ignore(
-            conn,
-            T.runs,
-            dict(run_id=run_id, agent=agent, goal_id=goal_id, trace_id=trace_id, state=RunState.PENDING,
-                 version=0, iteration=0, input=input, limits=limits, steps_used=0, input_tokens=0,
-                 output_tokens=0, cost_usd=0.0, created_at=ts, updated_at=ts,
-                 parent_run_id=parent["run_id"] if parent else None, parent=parent, cause=cause),
-            ["run_id"],
-        )
+        values = {c.name: None for c in T.runs.columns}
+        values.update(run_id=run_id, agent=agent, goal_id=goal_id, trace_id=trace_id, state=str(RunState.PENDING),
+                      version=0, iteration=0, input=input, limits=limits, steps_used=0, input_tokens=0,
+                      output_tokens=0, cost_usd=0.0, cached_input_tokens=0, unpriced=False, reserved_tokens=0,
+                      reserved_cost_usd=0.0, reserved_steps=0, created_at=ts, updated_at=ts, redrives=0,
+                      parent_run_id=parent["run_id"] if parent else None, parent=parent, cause=cause)
+        row = execute(conn, CREATE_RUN, values).first()
+        return run_from(row) if row else None
 
     def get_run(self, run_id: str, conn: Connection | None = None, *, lock: bool = False) -> RunRecord | None:
         stmt = GET_RUN_LOCKED if lock else GET_RUN

@@ -49,7 +49,9 @@ def run_event(task: EventTask, raw: Any, carried: dict[str, Any] | None = None) 
         env = decode(raw)
         if env.type != task.name:
             raise MalformedEvent(f"envelope type {env.type} arrived as task {task.name}")
-        env.body()
+        step = Step(rt, env, task.role, task.request.hostname or "unknown",
+                    bool((task.request.delivery_info or {}).get("redelivered")), carried)
+        step.body()  # validated here, once: the handler reads it from the step
     except MalformedEvent as exc:
         rt.publisher.dead_letter(
             json.dumps(raw, default=str).encode(), reason=str(exc), error_code=ErrorCode.MALFORMED_EVENT,
@@ -57,8 +59,6 @@ def run_event(task: EventTask, raw: Any, carried: dict[str, Any] | None = None) 
         )
         return "dead-lettered"
     assert task.handler is not None
-    step = Step(rt, env, task.role, task.request.hostname or "unknown",
-                bool((task.request.delivery_info or {}).get("redelivered")), carried)
     info = StepInfo(role=task.role, event_type=str(env.type), event_id=env.event_id, run_id=env.run_id,
                     trace_id=env.trace_id, worker=step.worker, redelivered=step.redelivered)
     with log_context(run_id=env.run_id, trace_id=env.trace_id, event_id=env.event_id, event=str(env.type)), \
@@ -138,7 +138,7 @@ def _failed_for_good(step: Step, exc: Exception) -> str:
         log.exception("could not end the run after its step failed; the sweeper will find it")
         return "dead-lettered"
     if run is None and step.env.type == EventType.GOAL_SUBMITTED:
-        goal = step.env.body()
+        goal = step.body()
         assert isinstance(goal, GoalSubmitted)
         if goal.reply_to:  # no run exists to carry the Result: answer the sender directly
             rt.publisher.reply(goal.reply_to, goal.correlation_id,

@@ -56,12 +56,13 @@ def snapshot(fleet: InProcessFleet, run_id: str) -> dict[str, object]:
             "steps": sorted(steps, key=str), "transcript": fleet.store.transcript(run_id)}
 
 
-def stored_events(fleet: InProcessFleet) -> list[Envelope]:
+def stored_events(fleet: InProcessFleet, run_id: str) -> list[Envelope]:
+    """What the run's handlings stored to publish (only this run's: other tests share the database)."""
     from sqlalchemy import select
 
     with fleet.store.engine.connect() as conn:
-        rows = conn.execute(select(T.processed_events.c.outbox)).all()
-    return [decode(e) for row in rows for e in row.outbox]
+        rows = conn.execute(select(T.processed_events.c.outbox).where(T.processed_events.c.run_id == run_id)).all()
+    return [e for e in (decode(e) for row in rows for e in row.outbox) if e.run_id == run_id]
 
 
 def test_every_event_published_twice_changes_nothing(fleet: InProcessFleet, tmp_path: Path,
@@ -91,7 +92,7 @@ def test_every_event_published_twice_changes_nothing(fleet: InProcessFleet, tmp_
     # And replaying the whole recorded history once more, after the end, changes nothing.
     before = snapshot(fleet, run_id)
     monkeypatch.setattr(Publisher, "publish", original)
-    history = [e for e in stored_events(fleet) if e.run_id == run_id]
+    history = stored_events(fleet, run_id)
     assert len(history) >= 17
     fleet.runtime.publisher.publish(history)
     wait_until_drained(fleet)

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import insert, select, text
 
+from agentfleet.events.envelope import Envelope, EventType, RunCancelRequested
 from agentfleet.loop.states import RunState
 from agentfleet.loop.transcript import Message
 from agentfleet.roles.retry import is_transient
@@ -25,6 +26,9 @@ from agentfleet.store.sql import Sql, execute
 pytestmark = pytest.mark.integration
 
 BACKEND_PID = Sql("SELECT pg_backend_pid()")
+# A real event (other tests of the session's database decode every stored outbox), with text JSON must keep.
+OUTBOX = Envelope.new(EventType.RUN_CANCEL_REQUESTED, "r-sql", RunCancelRequested(reason="ü ∆ \\ \"q\" 1.5"),
+                      trace_id="t").wire()
 SYNC_COMMIT = Sql("SELECT current_setting('synchronous_commit')")
 
 
@@ -52,7 +56,7 @@ def test_rows_written_on_the_driver_read_the_same_through_core_and_back(store: S
     with store.tx() as conn:
         assert store.create_run(conn, run_id="r-sql", agent="a", goal_id="g", trace_id="t",
                                 input={"nested": [1, "two", None]}, limits={"max_steps": 3})
-        store.mark_processed(conn, "e-sql", "planner", [{"event_id": "x", "payload": {"ü": 1.5}}], run_id="r-sql")
+        store.mark_processed(conn, "e-sql", "planner", [OUTBOX], run_id="r-sql")
         store.write_messages(conn, "r-sql", [(0, 0, Message(role="assistant", content="hi")),
                                              (0, 1, Message(role="tool", tool_call_id="c", content="ok"))])
         conn.execute(insert(T.steps).values(idempotency_key="k-core", run_id="r-sql", iteration=0, kind="tool",
@@ -63,10 +67,12 @@ def test_rows_written_on_the_driver_read_the_same_through_core_and_back(store: S
     again = store.begin_step(key="k-core", run_id="r-sql", iteration=0, kind="tool")
     assert again.attempts == 2 and again.input == {"a": [1]} and not again.fresh
     with store.engine.connect() as conn:  # written on the driver, read by Core
-        outbox = conn.execute(select(T.processed_events.c.outbox, T.processed_events.c.processed_at)).one()
-        bodies = conn.execute(select(T.messages.c.body).order_by(T.messages.c.position)).scalars().all()
+        outbox = conn.execute(select(T.processed_events.c.outbox, T.processed_events.c.processed_at)
+                              .where(T.processed_events.c.event_id == "e-sql")).one()
+        bodies = conn.execute(select(T.messages.c.body).where(T.messages.c.run_id == "r-sql")
+                              .order_by(T.messages.c.position)).scalars().all()
         started = conn.execute(select(T.steps.c.started_at).where(T.steps.c.idempotency_key == "k-core")).scalar()
-    assert outbox.outbox == [{"event_id": "x", "payload": {"ü": 1.5}}]
+    assert outbox.outbox == [OUTBOX]
     assert outbox.processed_at is not None
     assert [b["content"] for b in bodies] == ["hi", "ok"]
     assert started is not None and started.replace(tzinfo=None) > at.replace(tzinfo=None)
