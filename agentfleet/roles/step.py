@@ -19,21 +19,8 @@ from agentfleet.events.envelope import Envelope, EventType, RunEnded
 from agentfleet.loop.keys import derived_event_id
 from agentfleet.loop.states import RunState
 from agentfleet.roles.runtime import Runtime
+from agentfleet.store.base import AlreadyHandled
 from agentfleet.store.records import RunRecord
-
-
-class Duplicate(Exception):
-    """This event was handled (committed) before: what that handling produced, to publish again.
-
-    Raised by ``Step.commit`` when the dedupe mark is already there, so the transaction it was to commit in
-    rolls back and this handling changes nothing. Found at the end rather than read before every handling:
-    a duplicate is rare, and every handler is safe to run again (steps are checkpointed, transitions are
-    compare-and-set), so the check costs no statement of its own.
-    """
-
-    def __init__(self, stored: list[dict[str, Any]]) -> None:
-        super().__init__(f"already handled; {len(stored)} stored event(s) to publish again")
-        self.stored = stored
 
 
 @dataclass
@@ -56,12 +43,13 @@ class Step:
         return self._body
 
     def commit(self, conn: Connection, events: list[Envelope]) -> list[Envelope]:
-        """Mark the event handled, storing what it produced, in the caller's transaction; ``Duplicate`` if it was
-        handled before (that handling's events are the ones to publish)."""
-        store = self.rt.store
-        if not store.mark_processed(conn, self.env.event_id, self.role, [e.wire() for e in events],
-                                    run_id=self.env.run_id):
-            raise Duplicate(store.processed_outbox(self.env.event_id, self.role, conn) or [])
+        """Mark the event handled, storing what it produced, in the caller's transaction. If it was handled before,
+        the transaction fails with ``AlreadyHandled`` (and the earlier handling's events are the ones to publish):
+        found when the mark is written, not read before every handling (a duplicate is rare, and every handler is
+        safe to run again: steps are checkpointed, transitions compare-and-set)."""
+        if not self.rt.store.mark_processed(conn, self.env.event_id, self.role, [e.wire() for e in events],
+                                            run_id=self.env.run_id, deferred=True):
+            raise AlreadyHandled()
         return events
 
     def event(self, type: EventType, payload: Any, *, key: tuple[object, ...]) -> Envelope:

@@ -17,9 +17,10 @@ from typing import Any
 from sqlalchemy import Connection, Engine
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.exc import IntegrityError
 
 from agentfleet.hooks.base import Hooks
-from agentfleet.store.sql import POSTGRES, Sql, execute, execute_script
+from agentfleet.store.sql import POSTGRES, Sql, defer_script, discard, execute, execute_script, watch
 
 
 def lock_id(key: str) -> int:
@@ -28,6 +29,20 @@ def lock_id(key: str) -> int:
 
 
 log = logging.getLogger(__name__)
+
+MARK_CONSTRAINT = "pk_processed_events"
+
+
+class AlreadyHandled(Exception):
+    """The event this transaction marks handled was handled (committed) before: the transaction is rolled back, and
+    what that earlier handling stored (``processed_outbox``) is what to publish."""
+
+
+def mark_conflict(exc: IntegrityError) -> bool:
+    """The error is the dedupe mark's primary key refusing a second handling of one event."""
+    diag = getattr(exc.orig, "diag", None)
+    return getattr(diag, "constraint_name", None) == MARK_CONSTRAINT
+
 
 TRY_LOCK = Sql("SELECT pg_try_advisory_lock(:k)")
 UNLOCK = Sql("SELECT pg_advisory_unlock(:k)")
@@ -67,6 +82,7 @@ class StoreBase:
         self.dialect = engine.dialect.name
         self._local_locks: set[str] = set()
         self._local_guard = threading.Lock()
+        watch(engine)  # SQLAlchemy's statements keep their place among the deferred ones
 
     @contextmanager
     def handling(self) -> Iterator[None]:
@@ -120,53 +136,65 @@ class StoreBase:
         sequence), and the message that caused them is not acked before one.
         """
         if self.dialect == POSTGRES:
-            execute_script(conn, NOT_DURABLE)
+            defer_script(conn, NOT_DURABLE)
 
     @contextmanager
     def tx(self, *, durable: bool = True) -> Iterator[Connection]:
         """A transaction; what ``after_commit`` registered in it runs once it has committed.
 
-        ``durable=False``: ``relax`` it from the start.
+        ``durable=False``: ``relax`` it from the start. A handling's transaction sends its BEGIN with its first
+        statement and its deferred writes with its COMMIT (``store.sql.defer``). A second handling of an event
+        already handled is found when its dedupe mark is written: ``AlreadyHandled``, and nothing it wrote stays.
         """
         pending: list[Callable[[], None]] = []
         bound = self._bound()
-        if bound is None:
-            with self.engine.begin() as conn:
-                # Kept beside the connection, not in conn.info: reading that on a connection the database
-                # dropped tries to reconnect and raises PendingRollbackError over the real (transient) error.
+        try:
+            if bound is None:
+                with self.engine.begin() as conn:
+                    # Kept beside the connection, not in conn.info: reading that on a connection the database
+                    # dropped tries to reconnect and raises PendingRollbackError over the real (transient) error.
+                    self._after_commit[id(conn)] = pending
+                    try:
+                        if not durable:
+                            self.relax(conn)
+                        yield conn
+                    finally:
+                        self._after_commit.pop(id(conn), None)
+            else:
+                conn = bound.conn
+                bound.in_tx = True
                 self._after_commit[id(conn)] = pending
                 try:
+                    defer_script(conn, "BEGIN")
                     if not durable:
                         self.relax(conn)
-                    yield conn
+                    try:
+                        yield conn
+                    except BaseException:
+                        self._rollback(bound)
+                        raise
+                    try:
+                        execute_script(conn, "COMMIT")
+                    except BaseException:
+                        self._rollback(bound)
+                        raise
                 finally:
                     self._after_commit.pop(id(conn), None)
-        else:
-            conn = bound.conn
-            bound.in_tx = True
-            self._after_commit[id(conn)] = pending
-            try:
-                execute_script(conn, "BEGIN" if durable else f"BEGIN; {NOT_DURABLE}")
-                try:
-                    yield conn
-                except BaseException:
-                    self._rollback(bound)
-                    raise
-                try:
-                    execute_script(conn, "COMMIT")
-                except BaseException:
-                    self._rollback(bound)
-                    raise
-            finally:
-                self._after_commit.pop(id(conn), None)
-                bound.in_tx = False
+                    bound.in_tx = False
+        except IntegrityError as exc:
+            if mark_conflict(exc):
+                raise AlreadyHandled() from exc
+            raise
         for fn in pending:
             fn()
 
     def _rollback(self, bound: _Handling) -> None:
-        """End a failed transaction on the handling's connection; a connection that cannot is not used again."""
+        """End a failed transaction on the handling's connection; a connection that cannot is not used again.
+        A transaction that had sent nothing yet (its BEGIN still deferred) is simply dropped."""
         if bound.conn.invalidated:
             bound.broken = True
+            return
+        if "BEGIN" in discard(bound.conn):
             return
         try:
             execute_script(bound.conn, "ROLLBACK")

@@ -10,12 +10,17 @@ from sqlalchemy import Connection, select, update
 from agentfleet.store import tables as T
 from agentfleet.store.base import StoreBase
 from agentfleet.store.records import now
-from agentfleet.store.sql import Sql, execute
+from agentfleet.store.sql import POSTGRES, Sql, defer, execute
 
 MARK = Sql("INSERT INTO processed_events (event_id, consumer, outbox, processed_at, run_id) "
            "VALUES (:event_id, :consumer, :outbox, :at, :run_id) "
            "ON CONFLICT (event_id, consumer) DO NOTHING RETURNING event_id",
            json=frozenset({"outbox"}), times=frozenset({"at"}))
+# The same mark as a plain INSERT: deferred to the handling's COMMIT, where a second handling of one event fails on
+# the primary key and its whole transaction with it (``StoreBase.tx`` raises AlreadyHandled).
+MARK_ONCE = Sql("INSERT INTO processed_events (event_id, consumer, outbox, processed_at, run_id) "
+                "VALUES (:event_id, :consumer, :outbox, :at, :run_id)",
+                json=frozenset({"outbox"}), times=frozenset({"at"}))
 STORED = Sql("SELECT outbox FROM processed_events WHERE event_id = :event_id AND consumer = :consumer",
              result=("json",))
 
@@ -34,11 +39,18 @@ class Outbox(StoreBase):
         return None if row is None else list(row[0])
 
     def mark_processed(self, conn: Connection, event_id: str, consumer: str, outbox: list[dict[str, Any]],
-                       run_id: str | None = None) -> bool:
+                       run_id: str | None = None, *, deferred: bool = False) -> bool:
         """The dedupe mark, with the events this handling produced; False: the event was handled already (the
-        insert is the check: the stored outbox is read only then, ``processed_outbox``)."""
-        return execute(conn, MARK, {"event_id": event_id, "consumer": consumer, "outbox": outbox, "at": now(),
-                                    "run_id": run_id}).first() is not None
+        insert is the check: the stored outbox is read only then, ``processed_outbox``).
+
+        ``deferred`` (Postgres): sent with the transaction's COMMIT, which fails with ``AlreadyHandled`` if the
+        event was handled before (True here means only "sent").
+        """
+        values = {"event_id": event_id, "consumer": consumer, "outbox": outbox, "at": now(), "run_id": run_id}
+        if deferred and self.dialect == POSTGRES:
+            defer(conn, MARK_ONCE, values)
+            return True
+        return execute(conn, MARK, values).first() is not None
 
     def stored_events(self, run_id: str) -> list[dict[str, Any]]:
         """Every event the run's handled steps produced (their stored outboxes), oldest first."""

@@ -16,7 +16,7 @@ from agentfleet.loop.states import RunState, can_transition
 from agentfleet.store import tables as T
 from agentfleet.store.base import StoreBase
 from agentfleet.store.records import RunRecord, as_utc, now
-from agentfleet.store.sql import POSTGRES, Sql, execute, kinds_of
+from agentfleet.store.sql import POSTGRES, Sql, defer, execute, kinds_of
 
 log = logging.getLogger(__name__)
 
@@ -171,7 +171,7 @@ class Runs(StoreBase):
         """The audit row (unless the move's own statement wrote it) and the hooks' look at the move, in its
         transaction; the hooks again once it committed."""
         if self.audit and not audited:
-            execute(conn, AUDIT, change.record())
+            defer(conn, AUDIT, change.record())
         hooks = self.hooks
         if hooks is not None:
             hooks.on_transition(change)

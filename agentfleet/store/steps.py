@@ -9,7 +9,7 @@ from sqlalchemy import Connection, select, update
 from agentfleet.store import tables as T
 from agentfleet.store.base import StoreBase
 from agentfleet.store.records import StepRecord, now
-from agentfleet.store.sql import Sql, execute
+from agentfleet.store.sql import Sql, defer, execute
 
 # The intent, or one more attempt at it: one statement either way. A finished step is left as it is (no row
 # comes back, and it is read).
@@ -71,8 +71,8 @@ class Steps(StoreBase):
             duration_ms=0.0), ["idempotency_key"])
 
     def finish_step(self, conn: Connection, key: str, *, status: str, output: Any, duration_ms: float) -> None:
-        execute(conn, FINISH_STEP, {"key": key, "status": status, "output": output, "at": now(),
-                                    "duration_ms": duration_ms})
+        defer(conn, FINISH_STEP, {"key": key, "status": status, "output": output, "at": now(),
+                                  "duration_ms": duration_ms})
 
     def steps(self, run_id: str) -> list[dict[str, Any]]:
         with self.reading() as conn:

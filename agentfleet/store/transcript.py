@@ -12,7 +12,7 @@ from sqlalchemy import Connection
 from agentfleet.loop.transcript import MESSAGES, History, Message
 from agentfleet.store.base import StoreBase
 from agentfleet.store.records import now
-from agentfleet.store.sql import Sql, execute
+from agentfleet.store.sql import Sql, defer, execute
 
 # What a process keeps of runs' complete iterations, least recently planned dropped first: at most this many runs,
 # and this many messages in all (a few long runs of large turns must not grow a planner without bound).
@@ -61,7 +61,7 @@ class Transcripts(StoreBase):
         values: dict[str, object] = {"run_id": run_id}
         for n, (iteration, position, message) in enumerate(slots):
             values[f"i{n}"], values[f"p{n}"], values[f"b{n}"] = iteration, position, message.model_dump_json()
-        execute(conn, _insert_messages(len(slots)), values)
+        defer(conn, _insert_messages(len(slots)), values)
 
     def transcript(self, run_id: str, conn: Connection | None = None) -> list[Message]:
         """The run's messages in order (``history``'s)."""

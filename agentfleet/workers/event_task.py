@@ -27,7 +27,8 @@ from agentfleet.redaction import redact
 from agentfleet.roles.catalog import HANDLERS
 from agentfleet.roles.retry import CommitPending, InFlight, is_transient, max_retries, retry_delay
 from agentfleet.roles.runtime import runtime_for
-from agentfleet.roles.step import Duplicate, Handler, Step, end_run, result_of
+from agentfleet.roles.step import Handler, Step, end_run, result_of
+from agentfleet.store.base import AlreadyHandled
 
 log = logging.getLogger(__name__)
 
@@ -67,9 +68,10 @@ def run_event(task: EventTask, raw: Any, carried: dict[str, Any] | None = None) 
             with rt.store.handling():
                 events = task.handler(step)
             rt.publisher.publish(events)
-        except Duplicate as dup:
-            rt.publisher.publish(decode(e) for e in dup.stored)
-            log.info("duplicate event: republished its stored outcome", extra={"events": len(dup.stored)})
+        except AlreadyHandled:
+            stored = rt.store.processed_outbox(env.event_id, task.role) or []
+            rt.publisher.publish(decode(e) for e in stored)
+            log.info("duplicate event: republished its stored outcome", extra={"events": len(stored)})
             watch.outcome = "duplicate"
             return "duplicate"
         except Exception as exc:
@@ -131,8 +133,8 @@ def _failed_for_good(step: Step, exc: Exception) -> str:
                 events = end_run(step, conn, run, result)
             elif run is None:
                 step.commit(conn, [])
-    except Duplicate as dup:  # handled after all (by another delivery): its outcome stands
-        rt.publisher.publish(decode(e) for e in dup.stored)
+    except AlreadyHandled:  # handled after all (by another delivery): its outcome stands
+        rt.publisher.publish(decode(e) for e in rt.store.processed_outbox(step.env.event_id, step.role) or [])
         return "dead-lettered"
     except Exception:
         log.exception("could not end the run after its step failed; the sweeper will find it")

@@ -173,3 +173,69 @@ def test_handlings_on_threads_use_their_own_connections(pg_store: Store) -> None
     for t in threads:
         t.join(timeout=20)
     assert len(set(seen)) == 3
+
+
+# -- deferred statements: sent with the next round trip, never lost, never reordered --------------------------------
+
+NOTE = Sql("INSERT INTO fleet_secrets (name, value, created_at) VALUES (:name, :value, :at)", times=frozenset({"at"}))
+NOTED = Sql("SELECT value FROM fleet_secrets WHERE name = :name")
+
+
+def _note(conn: object, name: str, value: str = "v") -> None:
+    from agentfleet.store.sql import defer
+    defer(conn, NOTE, {"name": name, "value": value, "at": datetime.now(UTC)})  # type: ignore[arg-type]
+
+
+def test_a_deferred_write_goes_before_the_next_statement_whichever_kind(store: Store) -> None:
+    with store.handling(), store.tx() as conn:
+        _note(conn, "d-next")
+        assert execute(conn, NOTED, {"name": "d-next"}).scalar() == "v"  # ours: in the same round trip, first
+        _note(conn, "d-core")
+        got = conn.execute(select(T.fleet_secrets.c.value).where(T.fleet_secrets.c.name == "d-core")).scalar()
+        assert got == "v"  # SQLAlchemy's own statement sends the queue first
+        _note(conn, "d-commit")
+    with store.reading() as conn:
+        assert execute(conn, NOTED, {"name": "d-commit"}).scalar() == "v"  # the COMMIT took it
+
+
+def test_a_rolled_back_transaction_leaves_nothing_deferred_behind(store: Store) -> None:
+    for bound in (True, False):
+        name = f"d-rolled-{bound}"
+        with pytest.raises(RuntimeError):
+            if bound:
+                with store.handling(), store.tx() as conn:
+                    _note(conn, name)
+                    raise RuntimeError("the handler failed")
+            else:
+                with store.tx() as conn:
+                    _note(conn, name)
+                    raise RuntimeError("the handler failed")
+        with store.tx() as conn:  # the next transaction on a pooled connection sends nothing left over
+            execute(conn, NOTED, {"name": "none"})
+        with store.reading() as conn:
+            assert execute(conn, NOTED, {"name": name}).scalar() is None
+
+
+def test_a_deferred_write_that_fails_fails_its_transaction(store: Store) -> None:
+    with store.tx() as conn:
+        _note(conn, "d-once")
+    with pytest.raises(Exception, match=r"(?i)unique|duplicate"), store.handling(), store.tx() as conn:
+        _note(conn, "d-after-fail", "x")
+        _note(conn, "d-once")  # the same primary key again
+        execute(conn, NOTED, {"name": "d-once"})
+    with store.reading() as conn:
+        assert execute(conn, NOTED, {"name": "d-after-fail"}).scalar() is None, "rolled back with it"
+
+
+def test_an_event_handled_twice_is_found_at_its_commit_and_changes_nothing(store: Store) -> None:
+    from agentfleet.store.base import AlreadyHandled
+
+    with store.handling(), store.tx() as conn:
+        assert store.mark_processed(conn, "e-twice", "observer", [OUTBOX], deferred=True)
+    with pytest.raises(AlreadyHandled), store.handling(), store.tx() as conn:
+        _note(conn, "d-second-handling")
+        if not store.mark_processed(conn, "e-twice", "observer", [], deferred=True):
+            raise AlreadyHandled()  # SQLite knows at once
+    assert store.processed_outbox("e-twice", "observer") == [OUTBOX]
+    with store.reading() as conn:
+        assert execute(conn, NOTED, {"name": "d-second-handling"}).scalar() is None
