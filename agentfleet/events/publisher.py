@@ -12,12 +12,15 @@ import logging
 import os
 import socket
 import uuid
+import weakref
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from amqp import spec
+from amqp.exceptions import MessageNacked
 from celery import Celery
-from kombu import Exchange
+from kombu import Exchange, Producer
 from pydantic import BaseModel
 
 from agentfleet import constants as C
@@ -35,38 +38,46 @@ class Publisher:
     def __init__(self, app: Celery, topology: Topology) -> None:
         self.app = app
         self.topology = topology
+        # Publisher confirms are a transport option (the in-memory transport of embedded mode has none).
+        self.confirms = bool((app.conf.broker_transport_options or {}).get("confirm_publish"))
         self.origin = f"{socket.gethostname()}:{os.getpid()}"  # the sender Flower shows (send_task's anon_nodename)
 
     def publish(self, envelopes: Iterable[Envelope]) -> None:
-        """Send internal events as Celery task messages on one pooled producer; each is confirmed by the broker
-        before this returns.
+        """Send internal events as Celery task messages on one pooled producer; every one is confirmed by the
+        broker before this returns.
 
         The message is Celery's own (protocol 2, built by ``app.amqp.as_task_v2`` as ``send_task`` builds it, so a
         worker, Flower and ``celery inspect`` see the task they always did), built once per event and published
         directly: ``send_task`` spent 270 µs of CPU a message on routing lookups, option merging and signals, and
-        as much again on a ``task-sent`` event nobody reads (benchmarks/README.md).
+        as much again on a ``task-sent`` event nobody reads (benchmarks/README.md). Several events (a turn's
+        parallel calls) go out together and their confirms are awaited together (``_confirmed_batch``), not one
+        round trip to the broker's disk each.
         """
         batch = list(envelopes)
         if not batch:
             return
         parent = self.app.current_worker_task  # as send_task links a task to the one that sent it
         root_id = (parent.request.root_id or parent.request.id) if parent else None
+        messages = []
+        for env in batch:
+            name = str(env.type)
+            task = self.app.amqp.as_task_v2(
+                env.event_id, name, kwargs={"envelope": env.wire()},
+                # What Flower and `celery events` show of the task: which event, never its payload
+                # (tool arguments and outputs, goal inputs).
+                argsrepr="()", kwargsrepr=f"{{'envelope': <{env.type} run={env.run_id} event={env.event_id}>}}",
+                root_id=root_id or env.event_id, parent_id=parent.request.id if parent else None,
+                ignore_result=True, origin=self.origin,
+            )
+            messages.append((task.body, dict(exchange=self.topology.events.name, routing_key=name,
+                                             headers=task.headers, serializer="json", delivery_mode=PERSISTENT,
+                                             **task.properties)))
         with self.app.producer_or_acquire() as producer, producer.connection._reraise_as_library_errors():
-            for env in batch:
-                name = str(env.type)
-                message = self.app.amqp.as_task_v2(
-                    env.event_id, name, kwargs={"envelope": env.wire()},
-                    # What Flower and `celery events` show of the task: which event, never its payload
-                    # (tool arguments and outputs, goal inputs).
-                    argsrepr="()", kwargsrepr=f"{{'envelope': <{env.type} run={env.run_id} event={env.event_id}>}}",
-                    root_id=root_id or env.event_id, parent_id=parent.request.id if parent else None,
-                    ignore_result=True, origin=self.origin,
-                )
-                producer.publish(
-                    message.body, exchange=self.topology.events.name, routing_key=name, headers=message.headers,
-                    serializer="json", delivery_mode=PERSISTENT, retry=True, retry_policy=RETRY_POLICY,
-                    **message.properties,
-                )
+            if len(messages) == 1 or not self.confirms:
+                for body, options in messages:
+                    producer.publish(body, retry=True, retry_policy=RETRY_POLICY, **options)
+            else:  # a lost connection sends the whole batch again: consumers dedupe on the event id
+                producer.connection.ensure(producer, _confirmed_batch, **RETRY_POLICY)(producer, messages)
 
     def publish_json(
         self,
@@ -150,6 +161,52 @@ class Publisher:
         self.dead_letter(env.model_dump_json().encode(), reason=reason, error_code=error_code,
                          source=f"task:{env.type}", original_exchange=self.topology.events.name,
                          original_routing_key=str(env.type))
+
+
+CONFIRM_TIMEOUT_S = 30.0  # how long a batch waits for the broker's confirms before it is sent again
+
+
+class _BatchChannel:
+    """A channel of the publisher's own on a pooled connection: in confirm mode, publishing without waiting, and
+    counting what it published, so the confirms of a batch are known by their delivery tags (the broker numbers
+    a channel's publishes from 1; on a shared channel the count would be unknown)."""
+
+    def __init__(self, connection: Any) -> None:
+        self.channel = connection.channel()
+        self.channel.confirm_select()
+        self.channel.basic_publish = self.channel._basic_publish  # confirms are awaited by ``_confirmed_batch``
+        self.published = 0
+
+
+_batch_channels: weakref.WeakKeyDictionary[Any, _BatchChannel] = weakref.WeakKeyDictionary()
+
+
+def _confirmed_batch(producer: Producer, messages: list[tuple[Any, dict[str, Any]]]) -> None:
+    """Publish every message, then wait until the broker has confirmed them all (a nack raises)."""
+    transport = producer.connection.connection  # the live AMQP connection: a new one after a reconnect
+    own = _batch_channels.get(transport)
+    if own is None or not own.channel.is_open:
+        own = _batch_channels[transport] = _BatchChannel(transport)
+    sender = Producer(own.channel, auto_declare=False)
+    first = own.published + 1
+    for body, options in messages:
+        sender.publish(body, **options)
+        own.published += 1
+    last, acked, through = own.published, set(), first - 1
+
+    def confirm(method: Any, delivery_tag: int, multiple: bool = False, *_: Any) -> None:
+        nonlocal through
+        if method == spec.Basic.Nack:
+            raise MessageNacked(f"the broker refused event messages up to delivery tag {delivery_tag}")
+        if multiple:
+            through = max(through, delivery_tag)
+        else:
+            acked.add(delivery_tag)
+        while through + 1 in acked:
+            through += 1
+
+    while through < last:
+        own.channel.wait([spec.Basic.Ack, spec.Basic.Nack], callback=confirm, timeout=CONFIRM_TIMEOUT_S)
 
 
 def client_headers(headers: Mapping[str, Any] | None) -> dict[str, Any]:
