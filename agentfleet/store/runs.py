@@ -60,7 +60,7 @@ def _audited_transition_sql(fields: tuple[str, ...]) -> Sql:
         stmt = _audited[fields] = Sql(
             f"WITH moved AS ({update.text} RETURNING 1) "
             f"INSERT INTO audit ({', '.join(AUDIT_COLUMNS)}) SELECT {values} FROM moved",
-            json=update.json, times=update.times | {"a_at"})
+            json=update.json, times=update.times | {"a_at"}, rows=False)
     return stmt
 
 

@@ -88,7 +88,18 @@ class Sql:
     json: frozenset[str] = frozenset()
     times: frozenset[str] = frozenset()
     result: tuple[str | None, ...] = ()  # kinds of the result columns (``kinds_of``); shorter: the rest as they are
+    rows: bool | None = None  # whether it returns rows (``returns_rows`` guesses when this is None)
     _rendered: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
+
+    @cached_property
+    def returns_rows(self) -> bool:
+        """Whether it returns rows: only then are they fetched, without building the result's column descriptions
+        first (psycopg makes an object per column, 27 for a run's row). ``rows`` says so; else a SELECT does, and
+        a write with RETURNING."""
+        if self.rows is not None:
+            return self.rows
+        head = self.text.lstrip().upper()
+        return head.startswith("SELECT") or (not head.startswith("WITH") and " RETURNING " in head)
 
     def rendered(self, dialect: str) -> str:
         text = self._rendered.get(dialect)
@@ -153,23 +164,42 @@ def execute(conn: Connection, stmt: Sql, values: Mapping[str, Any] | None = None
     params = stmt.params(values or {}, dialect)
     dbapi = conn.connection.dbapi_connection
     assert dbapi is not None, "an invalidated connection"
-    queued = _queued.pop(dbapi, None) if dialect == POSTGRES else None
-    if queued:
-        raw, rowcount = _pipelined(conn, dbapi, [*queued, (text, params)])
-        return Rows([stmt.load(r, dialect) for r in raw], rowcount)
-    cursor = dbapi.cursor()
-    try:
-        if dialect == POSTGRES:
-            cursor.execute(text, params, prepare=True)
-        else:
+    if dialect != POSTGRES:
+        cursor = dbapi.cursor()
+        try:
             cursor.execute(text, params)
-        raw = cursor.fetchall() if cursor.description else []
+            raw = cursor.fetchall() if cursor.description else []
+            rowcount = cursor.rowcount
+        except conn.dialect.loaded_dbapi.Error as exc:
+            raise _wrapped(conn, exc, text, cursor) from exc
+        finally:
+            cursor.close()
+        return Rows([stmt.load(r, dialect) for r in raw], rowcount)
+    queued = _queued.pop(dbapi, None)
+    if queued:
+        raw, rowcount = _pipelined(conn, dbapi, [*queued, (text, params)], stmt.returns_rows)
+        return Rows([stmt.load(r, dialect) for r in raw], rowcount)
+    cursor = _cursor_of(dbapi)
+    try:
+        cursor.execute(text, params, prepare=True)
+        raw = cursor.fetchall() if stmt.returns_rows else []
         rowcount = cursor.rowcount
     except conn.dialect.loaded_dbapi.Error as exc:
+        _cursors.pop(dbapi, None)
         raise _wrapped(conn, exc, text, cursor) from exc
-    finally:
-        cursor.close()
     return Rows([stmt.load(r, dialect) for r in raw], rowcount)
+
+
+_cursors: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+
+
+def _cursor_of(dbapi: Any) -> Any:
+    """The connection's cursor for statements run one at a time (made once: a cursor per statement cost its
+    setup each time)."""
+    cursor = _cursors.get(dbapi)
+    if cursor is None or cursor.closed:
+        cursor = _cursors[dbapi] = dbapi.cursor()
+    return cursor
 
 
 def execute_script(conn: Connection, text: str) -> None:
@@ -179,17 +209,25 @@ def execute_script(conn: Connection, text: str) -> None:
     assert dbapi is not None, "an invalidated connection"
     if text == "ROLLBACK":
         _queued.pop(dbapi, None)
-    queued = _queued.pop(dbapi, None) if conn.dialect.name == POSTGRES else None
-    if queued:
-        _pipelined(conn, dbapi, [*queued, (text, None)])
+    if conn.dialect.name != POSTGRES:
+        cursor = dbapi.cursor()
+        try:
+            cursor.execute(text)
+        except conn.dialect.loaded_dbapi.Error as exc:
+            raise _wrapped(conn, exc, text, cursor) from exc
+        finally:
+            cursor.close()
         return
-    cursor = dbapi.cursor()
+    queued = _queued.pop(dbapi, None)
+    if queued:
+        _pipelined(conn, dbapi, [*queued, (text, None)], False)
+        return
+    cursor = _cursor_of(dbapi)
     try:
         cursor.execute(text)
     except conn.dialect.loaded_dbapi.Error as exc:
+        _cursors.pop(dbapi, None)
         raise _wrapped(conn, exc, text, cursor) from exc
-    finally:
-        cursor.close()
 
 
 # -- deferred statements (Postgres) -------------------------------------------------------------------------------
@@ -230,11 +268,11 @@ def flush(conn: Connection) -> None:
     dbapi = conn.connection.dbapi_connection if not conn.invalidated else None
     queued = _queued.pop(dbapi, None) if dbapi is not None else None
     if queued:
-        _pipelined(conn, dbapi, queued)
+        _pipelined(conn, dbapi, queued, False)
 
 
-def _pipelined(conn: Connection, dbapi: Any, statements: list[tuple[str, dict[str, Any] | None]]
-               ) -> tuple[list[tuple[Any, ...]], int]:
+def _pipelined(conn: Connection, dbapi: Any, statements: list[tuple[str, dict[str, Any] | None]],
+               rows: bool) -> tuple[list[tuple[Any, ...]], int]:
     """Every statement in one round trip (psycopg's pipeline mode); the last one's rows and row count. The first
     error is raised (and the rest were not run: the transaction they were in is aborted)."""
     cursors: list[Any] = []
@@ -249,7 +287,7 @@ def _pipelined(conn: Connection, dbapi: Any, statements: list[tuple[str, dict[st
                 else:
                     cursor.execute(text, params, prepare=True)
         last = cursors[-1]
-        return (last.fetchall() if last.description else []), last.rowcount
+        return (last.fetchall() if rows else []), last.rowcount
     except conn.dialect.loaded_dbapi.Error as exc:
         raise _wrapped(conn, exc, text, cursors[-1] if cursors else None) from exc
     finally:

@@ -69,13 +69,26 @@ def gate_cost_ms(n: int) -> tuple[list[float], list[float]]:
     return gated, bare
 
 
-def run(sizes: Sizes, report: Report) -> None:
-    with fleet(ONE_EACH) as f:
+# Every built-in hook on (DESIGN §12): Prometheus metrics served by each worker, the audit log file beside the audit
+# rows, OpenTelemetry spans exported (to the console: the worker's log file; no collector to wait on).
+HOOKS_ON = {"AGENTFLEET_METRICS_PORT": "0", "AGENTFLEET_AUDIT_LOG": "{tmp}/audit.jsonl",
+            "AGENTFLEET_OTEL_EXPORTER": "console"}
+
+
+def loop_run(iterations: int, env: dict[str, str] | None = None) -> tuple[list[float], dict[str, float]]:
+    """One bench_loop run of ``iterations`` through one worker process per role: its iteration times, and the
+    workers' CPU per iteration by role."""
+    with fleet(ONE_EACH, env=env) as f:
         f.run("bench_loop", {"iterations": 5})  # warm-up: connections, imports, caches
         before = role_cpu_s(f)
-        run_id = f.run("bench_loop", {"iterations": sizes.overhead_iterations + 1})
-        cpu = cpu_ms_per_iteration(before, role_cpu_s(f), sizes.overhead_iterations + 1)
-        ours = iteration_times_ms(f.store, run_id)
+        run_id = f.run("bench_loop", {"iterations": iterations + 1})
+        cpu = cpu_ms_per_iteration(before, role_cpu_s(f), iterations + 1)
+        return iteration_times_ms(f.store, run_id), cpu
+
+
+def run(sizes: Sizes, report: Report) -> None:
+    ours, cpu = loop_run(sizes.overhead_iterations)
+    hooked, hooked_cpu = loop_run(sizes.overhead_iterations, HOOKS_ON)
     with floor_workers() as floor:
         bare = floor.chain_ms(sizes.floor_chains)
     with scratch_database(PG_ADMIN, prefix="agentfleet_bench") as url:
@@ -93,6 +106,11 @@ def run(sizes: Sizes, report: Report) -> None:
                [round(statistics.median(ours[:tenth]), 2), round(statistics.median(ours[-tenth:]), 2)])
     report.add(SUITE, "worker_cpu_ms_per_iteration", cpu,
                " + ".join(f"{role} {ms}" for role, ms in cpu.items() if role != "total") + f" = {cpu['total']} ms")
+    hooked_med = report.add_ms(SUITE, "agentfleet_iteration_hooks_on", hooked)
+    report.add(SUITE, "hooks_on_added", {"median_ms": round(hooked_med - ours_med, 2),
+                                         "cpu_ms": round(hooked_cpu["total"] - cpu["total"], 2)},
+               f"{hooked_med - ours_med:+.2f} ms median, {hooked_cpu['total'] - cpu['total']:+.2f} ms CPU "
+               "(metrics, audit log, OpenTelemetry spans)")
     peers = {
         "bare_celery_3_hops": bare,
         "celery_commit_per_hop_3_hops": committed,
