@@ -24,7 +24,7 @@ SUITE = "profile"
 FRAME = re.compile(r"^(?P<func>.*) \((?P<file>[^:()]+)(?::\d+)?\)$")
 PACKAGES = ("agentfleet", "sqlalchemy", "psycopg", "kombu", "amqp", "celery", "pydantic", "pydantic_core",
             "jsonschema", "billiard", "vine", "json", "logging", "threading", "socket", "ssl", "uuid", "datetime")
-TOP = 8
+TOP = 10
 
 
 def frames(stack: str) -> list[tuple[str, str]]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime
-from pathlib import Path
 
 import pytest
 from sqlalchemy import insert, select, text
@@ -19,7 +18,7 @@ from agentfleet.events.envelope import Envelope, EventType, RunCancelRequested
 from agentfleet.loop.states import RunState
 from agentfleet.loop.transcript import Message
 from agentfleet.roles.retry import is_transient
-from agentfleet.store import Store, make_engine, upgrade
+from agentfleet.store import Store, make_engine
 from agentfleet.store import tables as T
 from agentfleet.store.sql import Sql, execute
 
@@ -30,18 +29,6 @@ BACKEND_PID = Sql("SELECT pg_backend_pid()")
 OUTBOX = Envelope.new(EventType.RUN_CANCEL_REQUESTED, "r-sql", RunCancelRequested(reason="ü ∆ \\ \"q\" 1.5"),
                       trace_id="t").wire()
 SYNC_COMMIT = Sql("SELECT current_setting('synchronous_commit')")
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path}/store.db"
-        upgrade(url)
-    else:
-        url = request.getfixturevalue("pg_url")
-    engine = make_engine(url)
-    yield Store(engine)
-    engine.dispose()
 
 
 @pytest.fixture

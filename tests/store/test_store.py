@@ -5,27 +5,13 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from agentfleet.loop.states import RunState
-from agentfleet.store import Store, make_engine, upgrade
+from agentfleet.store import Store, make_engine
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path}/store.db"
-        upgrade(url)
-    else:
-        url = request.getfixturevalue("pg_url")
-    engine = make_engine(url)
-    yield Store(engine)
-    engine.dispose()
 
 
 def new_run(store: Store, run_id: str) -> None:
