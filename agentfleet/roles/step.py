@@ -47,9 +47,11 @@ class Step:
         the transaction fails with ``AlreadyHandled`` (and the earlier handling's events are the ones to publish):
         found when the mark is written, not read before every handling (a duplicate is rare, and every handler is
         safe to run again: steps are checkpointed, transitions compare-and-set)."""
-        if not self.rt.store.mark_processed(conn, self.env.event_id, self.role, [e.wire() for e in events],
-                                            run_id=self.env.run_id, deferred=True):
+        store = self.rt.store
+        if not store.mark_processed(conn, self.env.event_id, self.role, [e.wire() for e in events],
+                                    run_id=self.env.run_id, deferred=True):
             raise AlreadyHandled()
+        store.release_held(conn)  # the handling's step lock goes with this, its last commit
         return events
 
     def event(self, type: EventType, payload: Any, *, key: tuple[object, ...]) -> Envelope:

@@ -20,7 +20,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import IntegrityError
 
 from agentfleet.hooks.base import Hooks
-from agentfleet.store.sql import POSTGRES, Sql, defer_script, discard, execute, execute_script, watch
+from agentfleet.store.sql import POSTGRES, Sql, defer, defer_script, discard, execute, execute_script, watch
 
 
 def lock_id(key: str) -> int:
@@ -61,6 +61,7 @@ class _Handling:
     in_tx: bool = False
     broken: bool = False
     locks: set[str] = field(default_factory=set)
+    releasing: set[str] = field(default_factory=set)  # let go by the open transaction's COMMIT (``release_held``)
 
     def usable(self, store: StoreBase) -> bool:
         return (self.store is store and not self.in_tx and not self.broken and not self.conn.invalidated
@@ -106,7 +107,7 @@ class StoreBase:
             yield
         finally:
             _handling.reset(token)
-            if bound.locks:  # a lock left held must not go back to the pool with its connection
+            if bound.locks or bound.releasing:  # a lock left held must not go back to the pool with its connection
                 conn.invalidate()
             conn.close()
 
@@ -178,9 +179,12 @@ class StoreBase:
                     except BaseException:
                         self._rollback(bound)
                         raise
+                    bound.releasing.clear()  # their unlocks went with the COMMIT
                 finally:
                     self._after_commit.pop(id(conn), None)
                     bound.in_tx = False
+                    bound.locks |= bound.releasing  # not committed: still held, for step_lock to let go
+                    bound.releasing.clear()
         except IntegrityError as exc:
             if mark_conflict(exc):
                 raise AlreadyHandled() from exc
@@ -251,7 +255,7 @@ class StoreBase:
             try:
                 yield got
             finally:
-                if got:
+                if got and key in bound.locks:  # not let go of already by a COMMIT (``release_held``)
                     self._unlock(bound.conn, key, bound)
             return
         conn = self.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
@@ -265,6 +269,20 @@ class StoreBase:
                     self._unlock(conn, key, None)
             finally:
                 conn.close()
+
+    def release_held(self, conn: Connection) -> None:
+        """Let go of the step locks this handling holds as its open transaction on ``conn`` commits: the unlock goes
+        with the COMMIT (one round trip fewer than after it). Safe before the COMMIT itself: whoever takes the lock
+        in between must then touch a row this transaction holds (the run's row, the step's) and waits for it to
+        commit, and sees the outcome. If the transaction does not commit, the locks are still held and
+        ``step_lock`` lets go of them as it always did (an unlock of a lock not held is a no-op)."""
+        bound = _handling.get()
+        if bound is None or bound.store is not self or bound.conn is not conn or not bound.in_tx:
+            return
+        for key in bound.locks:
+            defer(conn, UNLOCK, {"k": lock_id(key)})
+        bound.releasing |= bound.locks
+        bound.locks.clear()
 
     def _unlock(self, conn: Connection, key: str, bound: _Handling | None) -> None:
         if conn.closed:  # the handling ended first and closed its connection: the session, and the lock, are gone

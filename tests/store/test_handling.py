@@ -226,3 +226,24 @@ def test_an_event_handled_twice_is_found_at_its_commit_and_changes_nothing(store
     assert store.processed_outbox("e-twice", "observer") == [OUTBOX]
     with store.reading() as conn:
         assert execute(conn, NOTED, {"name": "d-second-handling"}).scalar() is None
+
+
+def test_a_step_lock_goes_with_the_handlings_last_commit_and_stays_if_that_commit_fails(pg_store: Store) -> None:
+    store = pg_store
+    with store.handling(), store.step_lock("k-commit") as held:
+        assert held
+        with store.tx() as conn:
+            store.release_held(conn)
+            with store.step_lock("k-commit", own_connection=True) as elsewhere:
+                assert not elsewhere, "still held until the COMMIT"
+        with store.step_lock("k-commit", own_connection=True) as elsewhere:
+            assert elsewhere, "let go with the COMMIT, while the handling goes on"
+    with store.handling(), store.step_lock("k-fail") as held:
+        assert held
+        with pytest.raises(RuntimeError), store.tx() as conn:
+            store.release_held(conn)
+            raise RuntimeError("the transaction fails before its COMMIT")
+        with store.step_lock("k-fail", own_connection=True) as elsewhere:
+            assert not elsewhere, "not committed: still held"
+    with store.step_lock("k-fail", own_connection=True) as elsewhere:
+        assert elsewhere, "let go by step_lock, as before"
