@@ -179,6 +179,7 @@ class _BatchChannel:
 
 
 _batch_channels: weakref.WeakKeyDictionary[Any, _BatchChannel] = weakref.WeakKeyDictionary()
+os.register_at_fork(after_in_child=_batch_channels.clear)  # a forked child opens its own connections
 
 
 def _confirmed_batch(producer: Producer, messages: list[tuple[Any, dict[str, Any]]]) -> None:

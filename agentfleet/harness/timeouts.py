@@ -12,6 +12,7 @@ fresh ``contextvars`` context, as it did in a thread of its own.
 from __future__ import annotations
 
 import contextvars
+import os
 import queue
 import threading
 from collections.abc import Callable
@@ -74,6 +75,17 @@ class _CallThread:
 
 _idle: list[_CallThread] = []
 _idle_lock = threading.Lock()
+
+
+def _forget_threads() -> None:
+    """In a forked child (a prefork pool's), the parent's idle threads do not exist: a call handed to one would
+    wait out its whole timeout."""
+    global _idle_lock
+    _idle.clear()
+    _idle_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_threads)
 
 
 def call_with_timeout(fn: Callable[[], Any], timeout_s: float, *, name: str) -> Called:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import uuid
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -16,6 +18,18 @@ from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
 
 MIGRATIONS = Path(__file__).with_name("migrations")
+_engines: weakref.WeakSet[Engine] = weakref.WeakSet()
+
+
+def _new_pools_in_child() -> None:
+    """A forked child (the prefork pool's) must not use the connections it inherited, whose sockets its parent
+    and siblings hold too: every engine gets a new pool, the old connections left to the parent (SQLAlchemy's
+    documented recipe, ``dispose(close=False)``)."""
+    for engine in list(_engines):
+        engine.dispose(close=False)
+
+
+os.register_at_fork(after_in_child=_new_pools_in_child)
 
 
 def make_engine(url: str, **kwargs: Any) -> Engine:
@@ -24,7 +38,9 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
     (SQLAlchemy's own disconnect handling, and ``store.sql``'s), and the step is retried (``roles/retry.py``)."""
     parsed = make_url(url)
     if parsed.get_backend_name() != "sqlite":
-        return create_engine(url, pool_size=10, max_overflow=20, **kwargs)
+        engine = create_engine(url, pool_size=10, max_overflow=20, **kwargs)
+        _engines.add(engine)
+        return engine
     if parsed.database and parsed.database != ":memory:":
         Path(parsed.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
     engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30}, **kwargs)

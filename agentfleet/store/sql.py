@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import weakref
 from collections.abc import Callable, Mapping, Sequence
@@ -193,6 +194,12 @@ def execute(conn: Connection, stmt: Sql, values: Mapping[str, Any] | None = None
 _cursors: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
 
 
+def _forget_connections() -> None:
+    """A forked child keeps nothing of its parent's connections' cursors or queues."""
+    _cursors.clear()
+    _queued.clear()
+
+
 def _cursor_of(dbapi: Any) -> Any:
     """The connection's cursor for statements run one at a time (made once: a cursor per statement cost its
     setup each time)."""
@@ -295,6 +302,9 @@ def _pipelined(conn: Connection, dbapi: Any, statements: list[tuple[str, dict[st
             cursor.close()
 
 
+os.register_at_fork(after_in_child=_forget_connections)
+
+
 def watch(engine: Engine) -> None:
     """Keep SQLAlchemy's own statements, commits and rollbacks in order with what is deferred: its statement or
     commit sends the queue first, its rollback discards it, and a connection is checked in with nothing queued."""
@@ -303,7 +313,7 @@ def watch(engine: Engine) -> None:
     event.listen(engine, "before_cursor_execute", _before_core)
     event.listen(engine, "commit", flush)
     event.listen(engine, "rollback", discard)
-    event.listen(engine.pool, "checkin", _checked_in)
+    event.listen(engine, "checkin", _checked_in)  # on the engine: kept when its pool is replaced (dispose)
 
 
 def _before_core(conn: Connection, cursor: Any, statement: str, parameters: Any, context: Any,
