@@ -152,6 +152,8 @@ def _plan(step: Step, agent: Agent, iteration: int, new_messages: list[Message],
     with store.step_lock(key) as held:
         if not held:
             raise InFlight(f"plan step {key} is being planned elsewhere")
+        # Asked before the run's row is held: a Redis that answers slowly must not keep a cancel waiting.
+        offer = step.rt.dispatch.offer(list(agent.tools.values()))
         with store.tx() as conn:
             found = store.get_run(run_id, conn, lock=True)
             run = arrive(conn, found) if found is not None else None
@@ -163,7 +165,6 @@ def _plan(step: Step, agent: Agent, iteration: int, new_messages: list[Message],
             if gate is not None:
                 status = ResultStatus.CANCELLED if gate.code == ErrorCode.CANCELLED else ResultStatus.FAILED
                 return _end_in(step, conn, run, run, new_messages, iteration, None, status, gate.code, gate.message)
-            offer = step.rt.dispatch.offer(list(agent.tools.values()))
             record = store.begin_step(key=key, run_id=run_id, iteration=iteration, kind="plan", worker=step.worker,
                                       input={"tools": offer.tools, "notice": offer.notice}, conn=conn)
             if record.status != "started":  # planned by an earlier handling that already committed its events

@@ -1,0 +1,51 @@
+"""What the planner holds while it waits on something slow: a Redis that hangs (the gate's read of its tools'
+health) must not hold the run's row, so a cancel, the sweeper or an approval answer does not wait behind it."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from sqlalchemy import text
+from sqlalchemy.exc import OperationalError
+
+from agentfleet.config.settings import get_settings
+from agentfleet.fleet.dispatch import ToolDispatch
+from agentfleet.workers.embedded import InProcessFleet
+from tests.helpers import wait_for_run
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def fleet(distributed_env: dict[str, str]) -> Iterator[InProcessFleet]:
+    with InProcessFleet(get_settings()) as running:
+        yield running
+
+
+def test_a_slow_gate_read_does_not_hold_the_runs_row(fleet: InProcessFleet, monkeypatch: pytest.MonkeyPatch) -> None:
+    inside, release = threading.Event(), threading.Event()
+    original = ToolDispatch.offer
+
+    def slow_offer(self: ToolDispatch, tools: Any) -> Any:  # Redis answering slowly, as under a network fault
+        inside.set()
+        release.wait(20)
+        return original(self, tools)
+
+    monkeypatch.setattr(ToolDispatch, "offer", slow_offer)
+    run_id = fleet.submit({"agent": "single", "input": {}})
+    try:
+        assert inside.wait(20), "the planner never asked for its tools' health"
+        with fleet.store.engine.connect() as conn:
+            conn.execute(text("SET LOCAL lock_timeout = '1s'"))
+            try:  # what a cancel or the sweeper does first: take the run's row
+                conn.execute(text("SELECT 1 FROM runs WHERE run_id = :r FOR UPDATE"), {"r": run_id}).all()
+            except OperationalError as exc:
+                pytest.fail(f"the run's row was held while the planner waited on Redis: {exc}")
+            conn.rollback()
+    finally:
+        release.set()
+    run = wait_for_run(fleet.store, run_id)
+    assert run.result and run.result["status"] == "succeeded", run.result
