@@ -33,9 +33,10 @@ AUDIT_COLUMNS = ("at", "run_id", "agent", "from_state", "to_state", "iteration",
                  "step_duration_ms", "input_tokens", "output_tokens", "cost_usd", "worker")
 AUDIT = Sql(f"INSERT INTO audit ({', '.join(AUDIT_COLUMNS)}) VALUES ({', '.join(':' + c for c in AUDIT_COLUMNS)})",
             times=frozenset({"at"}))
+# A new run's row: the table's own column defaults (tables.py), the rest given by create_run.
+_NEW_RUN = {c.name: c.default.arg if c.default is not None and not callable(c.default.arg) else None
+            for c in T.runs.columns}
 _transitions: dict[tuple[str, ...], Sql] = {}
-
-
 _audited: dict[tuple[str, ...], Sql] = {}
 
 
@@ -102,12 +103,10 @@ class Runs(StoreBase):
                     input: dict[str, Any], limits: dict[str, Any], parent: dict[str, Any] | None = None,
                     cause: dict[str, Any] | None = None) -> RunRecord | None:
         ts = now()
-        values = {c.name: None for c in T.runs.columns}
-        values.update(run_id=run_id, agent=agent, goal_id=goal_id, trace_id=trace_id, state=str(RunState.PENDING),
-                      version=0, iteration=0, input=input, limits=limits, steps_used=0, input_tokens=0,
-                      output_tokens=0, cost_usd=0.0, cached_input_tokens=0, unpriced=False, reserved_tokens=0,
-                      reserved_cost_usd=0.0, reserved_steps=0, created_at=ts, updated_at=ts, redrives=0,
-                      parent_run_id=parent["run_id"] if parent else None, parent=parent, cause=cause)
+        values = {**_NEW_RUN, "run_id": run_id, "agent": agent, "goal_id": goal_id, "trace_id": trace_id,
+                  "state": str(RunState.PENDING), "input": input, "limits": limits, "created_at": ts,
+                  "updated_at": ts, "parent_run_id": parent["run_id"] if parent else None, "parent": parent,
+                  "cause": cause}
         row = execute(conn, CREATE_RUN, values).first()
         return run_from(row) if row else None
 

@@ -153,10 +153,6 @@ class Rows:
         return self.rows[0][0] if self.rows else None
 
 
-def dialect_of(conn: Connection) -> str:
-    return conn.dialect.name
-
-
 def execute(conn: Connection, stmt: Sql, values: Mapping[str, Any] | None = None) -> Rows:
     """Run ``stmt`` on ``conn``'s DBAPI connection (in the transaction it is in), returning its rows; what was
     deferred on the connection goes first, in the same round trip."""
