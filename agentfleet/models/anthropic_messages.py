@@ -34,12 +34,15 @@ class AnthropicModel(ProviderModel[anthropic.Anthropic]):
 
     def __init__(self, model: str, *, base_url: str | None = None, api_key_env: str | None = "ANTHROPIC_API_KEY",
                  timeout_s: float = 60.0, temperature: float | None = None, max_output_tokens: int = 4096,
-                 context_window: int = CONTEXT_WINDOW) -> None:
+                 context_window: int = CONTEXT_WINDOW, text_tool_calls: bool = False,
+                 extra_body: dict[str, Any] | None = None) -> None:
         super().__init__(model, base_url=base_url, api_key_env=api_key_env, temperature=temperature,
                          max_output_tokens=max_output_tokens, context_window=context_window,
                          client=lambda key: anthropic.Anthropic(api_key=key, base_url=base_url, max_retries=0,
-                                                                timeout=timeout_s))
+                                                                timeout=timeout_s),
+                         text_tool_calls=text_tool_calls)
         self.max_output_tokens: int = max_output_tokens  # required by Messages: never None here
+        self.extra_body = extra_body
 
     def complete(self, request: ModelRequest) -> ModelTurn:
         system, messages = to_anthropic(request.messages)
@@ -49,13 +52,17 @@ class AnthropicModel(ProviderModel[anthropic.Anthropic]):
         if request.tools:
             params["tools"] = [{"name": t["name"], "description": t.get("description") or "",
                                 "input_schema": t.get("parameters") or {"type": "object"}} for t in request.tools]
+        extra = dict(self.extra_body or {})
         if self.temperature is not None:  # in the body: recent SDKs dropped the parameter, servers still read it
-            params["extra_body"] = {"temperature": self.temperature}
+            extra["temperature"] = self.temperature
+        if extra:
+            params["extra_body"] = extra
         try:
             response = self._client.get().messages.create(**params)
         except (anthropic.AnthropicError, ValueError) as exc:  # ValueError: a body cut off mid-JSON
             return self.failed(exc)
-        return from_anthropic(response, self.name, self.model)
+        return self.read_text_calls(from_anthropic(response, self.name, self.model), request.tools,
+                                    request.iteration)
 
 
 def to_anthropic(messages: list[Message]) -> tuple[str, list[dict[str, Any]]]:

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any, Generic, TypeVar
 
 from agentfleet.errors import ConfigurationError, ModelAuthError, ModelError, ModelUnavailable
-from agentfleet.loop.transcript import ModelTurn, Usage
+from agentfleet.loop.transcript import ModelTurn, ToolCall, Usage
 from agentfleet.models.pricing import price_overrides, usage_of
 
 C = TypeVar("C")
@@ -144,7 +145,8 @@ class ProviderModel(Generic[C]):
     key_env = ""  # read when no other variable is named, and then only if set (local servers need none)
 
     def __init__(self, model: str, *, base_url: str | None, api_key_env: str | None, temperature: float | None,
-                 max_output_tokens: int | None, context_window: int, client: Callable[[str], C]) -> None:
+                 max_output_tokens: int | None, context_window: int, client: Callable[[str], C],
+                 text_tool_calls: bool = False) -> None:
         self.model = model
         self.base_url = base_url
         self.name = model if base_url is None else f"{model}@{base_url}"
@@ -152,8 +154,51 @@ class ProviderModel(Generic[C]):
         self.temperature = temperature
         self.max_output_tokens = max_output_tokens
         self.context_window = context_window
+        # Read tool calls the model wrote as text when the server returned none (``calls_in_text``): for
+        # local servers whose parser misses a small model's calls. Off by default: a hosted API parses its own.
+        self.text_tool_calls = text_tool_calls
         self._client = ClientPerProcess(lambda: client(key))
+
+    def read_text_calls(self, turn: ModelTurn, offered: list[dict[str, Any]], iteration: int) -> ModelTurn:
+        """``turn`` with the calls its text holds as its calls (``text_tool_calls``), ids ``i<iteration>t<n>``.
+        A turn cut off at the output limit after whole calls is taken as those calls: the model ran on."""
+        if not self.text_tool_calls or turn.tool_calls:
+            return turn
+        found = calls_in_text(turn.text, {str(t.get("name")) for t in offered})
+        if not found:
+            return turn
+        calls = [ToolCall(id=f"i{iteration}t{n}", name=name, arguments=args) for n, (name, args) in enumerate(found)]
+        return turn.model_copy(update={"tool_calls": calls, "text": None, "stop_reason": "tool_calls"})
 
     def failed(self, exc: Exception) -> ModelTurn:
         """The turn or ``ModelError`` a failed call becomes (``failed_call``)."""
         return failed_call(exc, self.provider, self.model, self.name)
+
+
+_DECODER = json.JSONDecoder()
+_CALL_NOISE = re.compile(r"\s*(?:```(?:json)?|</?tool_call>)?\s*")
+
+
+def calls_in_text(text: str | None, offered: Collection[str]) -> list[tuple[str, dict[str, Any]]]:
+    """Tool calls a model wrote as text when its server did not parse them: JSON objects ``{"name": …,
+    "arguments": {…}}`` at the start of the answer, one after another, bare, fenced (```json) or in Hermes
+    ``<tool_call>`` tags. Small local models write calls so (measured: Qwen2.5-Coder-1.5B behind llama-server,
+    whose parser then returns them as content). Every object must name a tool it was offered, or none are
+    taken (prose that merely contains JSON stays prose); what follows the last call is the model running on."""
+    if not text or not offered:
+        return []
+    calls: list[tuple[str, dict[str, Any]]] = []
+    at = 0
+    while True:
+        at = _CALL_NOISE.match(text, at).end()  # type: ignore[union-attr]
+        if at >= len(text) or text[at] != "{":
+            break
+        try:
+            value, at = _DECODER.raw_decode(text, at)
+        except ValueError:
+            break
+        if not (isinstance(value, dict) and isinstance(value.get("name"), str) and value["name"] in offered
+                and isinstance(value.get("arguments", {}), dict) and set(value) <= {"name", "arguments"}):
+            return []
+        calls.append((value["name"], value.get("arguments") or {}))
+    return calls
