@@ -6,6 +6,7 @@ The public API is what this module exports; ``tests/test_public_api.py`` pins it
 from agentfleet.agents.plugins import Plugin
 from agentfleet.agents.registry import Agent
 from agentfleet.config.settings import Settings
+from agentfleet.context.budget import ContextBudget
 from agentfleet.errors import (
     AgentfleetError,
     ErrorCode,
@@ -38,6 +39,7 @@ __all__ = [
     "AgentfleetError",
     "AnthropicModel",
     "ApprovalRule",
+    "ContextBudget",
     "ErrorCode",
     "Goal",
     "GoalRejected",

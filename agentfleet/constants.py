@@ -52,6 +52,8 @@ MAX_JSON_DEPTH: Final = 64
 DELEGATE_TOOL: Final = "delegate"
 # Artifacts: an output over its tool's limit is kept and shown by its head; read_artifact reads on.
 READ_ARTIFACT_TOOL: Final = "read_artifact"
+# A tool result the context compacted is read back whole with read_artifact(ref="result:<call id>").
+RESULT_REF_PREFIX: Final = "result:"
 FINAL_ANSWER_TOOL: Final = "final_answer"
 # The name on the user message of a repair turn: how the transcript counts the repairs a run has spent.
 REPAIR_MESSAGE_NAME: Final = "agentfleet_repair"

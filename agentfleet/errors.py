@@ -33,6 +33,7 @@ class ErrorCode(StrEnum):
     APPROVAL_EXPIRED = "APPROVAL_EXPIRED"  # nobody answered an approval request before it expired
     MODEL_ERROR = "MODEL_ERROR"  # the model adapter failed or returned something unusable
     MODEL_AUTH = "MODEL_AUTH"  # the model provider refused the credentials
+    CONTEXT_BUDGET_EXCEEDED = "CONTEXT_BUDGET_EXCEEDED"  # the never-compacted part of a prompt does not fit
     # Tools (structured results handed to the model).
     UNKNOWN_TOOL = "UNKNOWN_TOOL"
     INVALID_ARGUMENTS = "INVALID_ARGUMENTS"
@@ -72,6 +73,9 @@ RECOVERY_SUGGESTIONS: dict[ErrorCode, str] = {
     ErrorCode.MAX_STEPS: "Raise limits.max_steps or give the agent a narrower goal.",
     ErrorCode.TOKEN_BUDGET: "Raise limits.max_tokens or shorten the context.",
     ErrorCode.COST_BUDGET: "Raise limits.max_cost_usd.",
+    ErrorCode.CONTEXT_BUDGET_EXCEEDED: "The part named does not fit the model's context: shorten it (a smaller "
+                                       "goal, fewer or shorter tools, a tool result under its response_limit) or "
+                                       "give the agent a larger ContextBudget / a model with a larger window.",
     ErrorCode.DEADLINE: "Raise limits.deadline_s or split the goal.",
     ErrorCode.NO_PROGRESS: "The model repeated itself; refine its instructions or tools.",
     ErrorCode.TRIGGER_LOOP: "Agents trigger each other in a loop: break the cycle of events, or raise "

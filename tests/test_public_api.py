@@ -12,6 +12,8 @@ PINNED = [
     "subprocess_tool",
     # Agents working together (issue 10).
     "Trigger", "domain_event",
+    # A context that always fits (issue 24).
+    "ContextBudget",
 ]
 
 

@@ -16,6 +16,7 @@ from pydantic import BaseModel
 
 from agentfleet.agents.plugins import load_plugins
 from agentfleet.constants import DELEGATE_TOOL, FINAL_ANSWER_TOOL, READ_ARTIFACT_TOOL
+from agentfleet.context.budget import ContextBudget
 from agentfleet.errors import ConfigurationError
 from agentfleet.events.domain import Trigger
 from agentfleet.loop.budgets import Limits
@@ -111,6 +112,7 @@ class Agent:
         examples: Sequence[Message] = (),
         delegates: Sequence[str] = (),
         triggers: Sequence[Trigger] = (),
+        context: ContextBudget | None = None,
         register: bool = True,
         **unknown: Any,
     ) -> None:
@@ -119,7 +121,7 @@ class Agent:
         if unknown:
             raise ConfigurationError(f"agent {name!r}: unknown option(s) {', '.join(sorted(unknown))}; known: "
                                      "instructions, model, goal_schema, result_schema, tools, limits, "
-                                     "approval_rules, examples, delegates, triggers, register")
+                                     "approval_rules, examples, delegates, triggers, context, register")
         if not name or not name.replace("_", "").replace("-", "").isalnum():
             raise ConfigurationError(f"agent name {name!r} must be letters, digits, '_' or '-'")
         self.name = name
@@ -132,6 +134,9 @@ class Agent:
         self.goal_schema = _as_schema(goal_schema, "goal_schema", name)
         self.result_schema = _as_schema(result_schema, "result_schema", name)
         self.limits = limits or Limits()
+        if context is not None and not isinstance(context, ContextBudget):
+            raise ConfigurationError(f"agent {name!r}: context takes a ContextBudget (agentfleet.ContextBudget)")
+        self.context = context or ContextBudget()
         self.examples = _checked_examples(examples, name)
         self.tools: dict[str, Tool] = {}
         for t in tools:
@@ -162,6 +167,16 @@ class Agent:
         self.asks_approval = bool(self.approval_rules) or any(t.requires_approval for t in self.tools.values())
         if register:
             registry.add(self)
+
+    def tool(self, name: str) -> Tool | None:
+        """The tool a call of this agent names. ``read_artifact`` is every agent's: a context that compacted an
+        old tool result offers it, to read that result back whole (``result:<call id>``, its own run's only)."""
+        found = self.tools.get(name)
+        return read_artifact if found is None and name == READ_ARTIFACT_TOOL else found
+
+    def callable(self) -> list[str]:
+        """The names a model's call may use (what ``tool`` resolves)."""
+        return [*self.tools, *([] if READ_ARTIFACT_TOOL in self.tools else [READ_ARTIFACT_TOOL])]
 
     def tool_specs(self, offered: Sequence[str] | None = None) -> list[dict[str, Any]]:
         """What the model is offered: the agent's tools (those named in ``offered``, when given) plus the

@@ -180,3 +180,16 @@ def remaining(limits: Limits, usage: Usage, steps_used: int, elapsed_s: float) -
     return Limits(max_steps=limits.max_steps - steps_used, max_tokens=limits.max_tokens - usage.total_tokens,
                   max_cost_usd=limits.max_cost_usd - usage.cost_usd, deadline_s=limits.deadline_s - elapsed_s,
                   max_repairs=limits.max_repairs, max_calls_per_turn=limits.max_calls_per_turn)
+
+
+def budget_line(limits: Limits, usage: Usage, iteration: int, steps_used: int = 0) -> str:
+    """What the model is told of its run's budgets before a turn, so it can plan to finish: steps, tokens and
+    dollars left (from the checkpoint only, so a replay shows the same line; the deadline is enforced, not
+    shown, as the time left differs on every try). On the last step it is told to answer now."""
+    steps_left = max(0, limits.max_steps - max(iteration, steps_used))
+    tokens_left = max(0, limits.max_tokens - usage.total_tokens)
+    cost_left = max(0.0, limits.max_cost_usd - usage.cost_usd)
+    line = f"Budget left: {steps_left} step(s) including this one, {tokens_left} tokens, ${cost_left:.4f}."
+    if steps_left <= 1:
+        line += " This is the last step: give the final answer now."
+    return line

@@ -197,7 +197,7 @@ def clear(step: Step, req: ToolRequested) -> Cleared | list[Envelope]:
             raise AgentfleetError(f"call {req.call.id} was sent on without an answer to its approval request")
         return _answered(record)
     agent = step.rt.agent(req.agent)
-    tool = agent.tools.get(req.call.name) if agent else None
+    tool = agent.tool(req.call.name) if agent else None
     if agent is None or tool is None:
         return Cleared(req.call.arguments)  # the executor answers UNKNOWN_TOOL
     bound, verdict = policy_verdict(step, agent, tool, req.call.arguments)

@@ -30,7 +30,7 @@ from agentfleet.loop.transcript import ToolResult
 from agentfleet.roles import approvals, delegation
 from agentfleet.roles.retry import CommitPending, InFlight, outcome_at_risk
 from agentfleet.roles.step import Step
-from agentfleet.tools.tool import ToolContext
+from agentfleet.tools.tool import Tool, ToolContext
 
 log = logging.getLogger(__name__)
 
@@ -109,17 +109,21 @@ def on_tool_requested(step: Step) -> list[Envelope]:
 
 
 
+def _tool_of(step: Step, req: ToolRequested) -> Tool | None:
+    """The called tool, when the agent is loaded here and has one by that name."""
+    agent = step.rt.agent(req.agent)
+    return agent.tool(req.call.name) if agent else None
+
+
 def _repeatable(step: Step, req: ToolRequested) -> bool:
     """The call's tool may run again with no harm (idempotent, which read-only tools are): its intent need not be
     durable."""
-    agent = step.rt.agent(req.agent)
-    tool = agent.tools.get(req.call.name) if agent else None
+    tool = _tool_of(step, req)
     return tool is not None and tool.idempotent
 
 
 def _call_info(step: Step, req: ToolRequested, attempt: int, ran: bool) -> ToolCallInfo:
-    agent = step.rt.agent(req.agent)
-    known = agent is not None and req.call.name in agent.tools
+    known = _tool_of(step, req) is not None
     return ToolCallInfo(run_id=step.env.run_id, agent=req.agent, tool=req.call.name if known else UNKNOWN_TOOL,
                         call_id=req.call.id, attempt=attempt, ran=ran, requested=req.call.name)
 
@@ -130,7 +134,7 @@ def _attempt(step: Step, req: ToolRequested, attempt: int, arguments: dict[str, 
     (those it tried to publish against their schema are dead-lettered here, with the reason)."""
     settings = step.rt.settings
     agent = step.rt.agent(req.agent)
-    tool = agent.tools.get(req.call.name) if agent else None
+    tool = _tool_of(step, req)
     if tool is None:
         offered = sorted(agent.tools) if agent else []
         return ToolResult.failure(ErrorCode.UNKNOWN_TOOL, f"no tool named {req.call.name!r}",

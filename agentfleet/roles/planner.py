@@ -16,7 +16,9 @@ from sqlalchemy import Connection
 
 from agentfleet.agents.registry import Agent
 from agentfleet.constants import REPAIR_MESSAGE_NAME
-from agentfleet.context.builder import CHARS_PER_TOKEN, build_messages, context_budget, estimate_tokens
+from agentfleet.context.assemble import Overflow
+from agentfleet.context.builder import estimate_tokens
+from agentfleet.context.counting import CHARS_PER_TOKEN
 from agentfleet.errors import RECOVERY_SUGGESTIONS, AgentNotLoaded, ErrorCode, GoalRejected, ModelError
 from agentfleet.events.contracts import Result, ResultStatus
 from agentfleet.events.envelope import (
@@ -57,6 +59,7 @@ from agentfleet.models.base import ModelRequest, estimated_usage
 from agentfleet.models.retrying import RetryPolicy, with_retries
 from agentfleet.roles import delegation
 from agentfleet.roles.admission import check_conflict
+from agentfleet.roles.prompt import prompt_for
 from agentfleet.roles.retry import CommitPending, InFlight, outcome_at_risk
 from agentfleet.roles.step import Step, end_run, result_of
 from agentfleet.store.records import RunRecord
@@ -178,17 +181,16 @@ def _plan(step: Step, agent: Agent, iteration: int, new_messages: list[Message],
             store.relax(conn)
         seen = history.plus(new_messages)  # what the model is shown: all it has seen, and what came back
         if step.carried is not None:  # the model answered before a database outage: commit that answer
-            planned = Planned(ModelTurn.model_validate(step.carried["turn"]), float(step.carried["duration_ms"]))
+            context = step.carried.get("context")
+            planned = Planned(ModelTurn.model_validate(step.carried["turn"]), float(step.carried["duration_ms"]),
+                              context if isinstance(context, dict) else None)
         else:
-            offer = _checkpointed_offer(record.input, offer)
-            window = getattr(agent.model, "context_window", None)  # adapters of real models know theirs
-            request = ModelRequest(
-                run_id=run.run_id, agent=agent.name, iteration=iteration, goal=run.input,
-                tools=agent.tool_specs(offer.tools),
-                messages=build_messages(agent.instructions, run.input, seen.messages,
-                                        budget_tokens=context_budget(limits.max_tokens, window), notice=offer.notice,
-                                        examples=agent.examples, transcript_chars=seen.chars),
-            )
+            prompt = prompt_for(agent, run, limits, iteration, seen, _checkpointed_offer(record.input, offer))
+            if isinstance(prompt, Overflow):
+                return _end(step, run, new_messages, iteration, None, ResultStatus.FAILED,
+                            ErrorCode.CONTEXT_BUDGET_EXCEEDED, prompt.message)
+            request = ModelRequest(run_id=run.run_id, agent=agent.name, iteration=iteration, goal=run.input,
+                                   tools=prompt.tools, messages=prompt.messages)
             if run.ancestors:  # held in every ancestor before the call: concurrent siblings see each other's
                 reserved = _reserve(step, agent, run, key, request)
                 if isinstance(reserved, Termination):
@@ -204,13 +206,13 @@ def _plan(step: Step, agent: Agent, iteration: int, new_messages: list[Message],
                 code = exc.code if isinstance(exc, ModelError) else ErrorCode.MODEL_ERROR
                 return _end(step, run, new_messages, iteration, None, ResultStatus.FAILED, code,
                             f"{agent.model.name}: {exc}")
-            planned = Planned(turn, round((time.perf_counter() - started) * 1000, 3))
+            planned = Planned(turn, round((time.perf_counter() - started) * 1000, 3), prompt.report)
         try:
             return _decide_and_commit(step, agent, run, new_messages, iteration, planned, seen)
         except Exception as exc:
             if outcome_at_risk(exc):
                 raise CommitPending({"turn": planned.turn.model_dump(mode="json"),
-                                     "duration_ms": planned.duration_ms}, exc) from exc
+                                     "duration_ms": planned.duration_ms, "context": planned.context}, exc) from exc
             raise
 
 
@@ -289,14 +291,14 @@ def _decide_and_commit(step: Step, agent: Agent, run: RunRecord, new_messages: l
     limits = Limits.model_validate(run.limits)
     planned = dataclasses.replace(planned, turn=usable_turn(planned.turn))  # what the store can hold, as decided
     decision = decide(planned.turn, agent.result_schema, plan_signatures(seen.messages, NO_PROGRESS_REPEATS - 1),
-                      tools=agent.tools.keys(),
+                      tools=agent.callable(),
                       repairs_left=limits.max_repairs - seen.repairs, max_calls=limits.max_calls_per_turn)
     if isinstance(decision, Dispatch):
         # What the model wrote (names, arguments, text), at the context builder's rate: not the message's framing,
         # which an honest model's count of its output does not include.
         written = sum(len(c.name) + len(json.dumps(c.arguments, default=str)) for c in decision.calls)
         written += len(planned.turn.text or "")
-        over = check_turn(limits, run.usage + charged(planned.turn.usage, written // CHARS_PER_TOKEN))
+        over = check_turn(limits, run.usage + charged(planned.turn.usage, int(written // CHARS_PER_TOKEN)))
         if over is not None:
             return _end(step, run, new_messages, iteration, planned, ResultStatus.FAILED, over.code, over.message)
     if isinstance(decision, Repair):
@@ -315,6 +317,7 @@ class Planned:
 
     turn: ModelTurn
     duration_ms: float
+    context: dict[str, object] | None = None  # what the prompt took, by part, and what was compacted
 
 
 def _complete(hooks: Hooks, agent: Agent, request: ModelRequest, policy: RetryPolicy) -> ModelTurn:
@@ -352,6 +355,8 @@ def _checkpoint(step: Step, conn: Connection, run: RunRecord, iteration: int, ne
             store.add_spend(conn, run.ancestors, planned.turn.usage if planned else None, release=held)
     if planned is not None:
         summary = _plan_summary(planned.turn)
+        if planned.context is not None:
+            summary["context"] = planned.context
         store.finish_step(conn, idempotency_key(run.run_id, iteration, "plan"), status="succeeded",
                           output={**summary, "repair": repair} if repair else summary,
                           duration_ms=planned.duration_ms)

@@ -7,6 +7,7 @@ from typing import Any, BinaryIO
 
 from sqlalchemy import Connection, select
 
+from agentfleet.constants import RESULT_REF_PREFIX
 from agentfleet.store import tables as T
 from agentfleet.store.base import StoreBase
 from agentfleet.store.records import ARTIFACT_CHUNK, Payload, now
@@ -45,7 +46,13 @@ class Artifacts(StoreBase):
 
     def artifact_part(self, run_id: str, ref: str, offset: int, length: int) -> tuple[bytes, int] | None:
         """``length`` bytes of an artifact from ``offset``, and its whole size, if one of this run's calls
-        produced it (runs do not read each other's). Reads only the chunks that part lies in."""
+        produced it (runs do not read each other's). Reads only the chunks that part lies in.
+
+        ``result:<call id>`` names one of the run's own tool results, as the model was first shown it: the
+        context shows an old result compacted to that reference and a head (context/compaction.py), and the
+        whole stays in the transcript, stored once."""
+        if ref.startswith(RESULT_REF_PREFIX):
+            return self._result_part(run_id, ref[len(RESULT_REF_PREFIX):], offset, length)
         a = T.artifacts.c
         stmt = (select(a.size, a.content).join(T.run_artifacts, T.run_artifacts.c.ref == a.ref)
                 .where(T.run_artifacts.c.run_id == run_id, a.ref == ref).limit(1))
@@ -63,6 +70,17 @@ class Artifacts(StoreBase):
         joined = b"".join(bytes(ch) for ch in chunks)
         start = offset - first * ARTIFACT_CHUNK
         return joined[start: start + length], size
+
+    def _result_part(self, run_id: str, call_id: str, offset: int, length: int) -> tuple[bytes, int] | None:
+        m = T.messages.c
+        with self.reading() as conn:
+            bodies = conn.execute(select(m.body).where(m.run_id == run_id, m.position > 0)).scalars().all()
+        found = next((b.get("content") for b in bodies if isinstance(b, dict) and b.get("role") == "tool"
+                      and b.get("tool_call_id") == call_id), None)
+        if not isinstance(found, str):
+            return None
+        content = found.encode()
+        return content[offset: offset + length], len(content)
 
     def artifact_of_run(self, run_id: str, ref: str) -> bytes | None:
         """An artifact's whole content, if one of this run's calls produced it (small ones; ``copy_artifact``

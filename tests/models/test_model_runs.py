@@ -116,10 +116,13 @@ def test_a_wrong_agent_name_in_the_models_setting_is_refused(tmp_path: Path) -> 
         load_agents(["tests.fixtures.agents"], {"wird": "openai:gpt-4.1-mini"})
 
 
-def test_a_small_context_window_elides_old_tool_results_from_the_request(
+def test_a_small_context_window_compacts_old_tool_results_in_the_request_and_records_it(
         fleet: EmbeddedFleet, server: HTTPServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    from agentfleet import ContextBudget
+
     model = fleet.runtime.agent("wired").model  # type: ignore[union-attr]
-    monkeypatch.setattr(model, "context_window", 300)
+    monkeypatch.setattr(model, "context_window", 2400)
+    monkeypatch.setattr(fleet.runtime.agent("wired"), "context", ContextBudget(parts={"recent": 700}))
     endpoint = "/v1/chat/completions"
     big = json.dumps({"text": "word " * 300})
     server.expect_ordered_request(endpoint).respond_with_json(reply(call("e1", "slow_echo", big)))
@@ -128,5 +131,10 @@ def test_a_small_context_window_elides_old_tool_results_from_the_request(
     run_id = fleet.submit({"agent": "wired", "input": {}})
     assert wait_for_run(fleet.store, run_id, timeout=30).result["status"] == "succeeded"  # type: ignore[index]
     last = sent(server)[2]["messages"]
-    first_result = next(m for m in last if m.get("tool_call_id") == "e1")
-    assert json.loads(first_result["content"])["elided"] is True
+    first_result = json.loads(next(m for m in last if m.get("tool_call_id") == "e1")["content"])
+    assert first_result["compacted"] is True and first_result["ref"] == "result:e1"
+    assert "read_artifact" in [t["function"]["name"] for t in sent(server)[2]["tools"]]  # to read it back
+    plans = [s for s in fleet.store.steps(run_id) if s["kind"] == "plan"]
+    assert plans[2]["output"]["context"]["compacted"] == {"results": 1}
+    assert set(plans[2]["output"]["context"]["tokens"]) == {"instructions", "tools", "task", "observations",
+                                                            "summary", "recent"}

@@ -1,0 +1,171 @@
+"""Assembling one model call's context from its parts under their budgets (context/budget.py), compacting older
+turns in layers (context/compaction.py) until the prompt fits.
+
+Pure and deterministic: the same checkpoint (transcript, goal, offer, budgets, counter) gives the same messages,
+so a redelivered plan step or a strict replay sees the context the model saw. The result says what each part
+took and what was compacted; the planner stores that with the plan step, and ``agentfleet trace`` shows it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from agentfleet.context.budget import CORE, WHAT, Budgets, Part
+from agentfleet.context.compaction import Turn, compact_result, summary_text, turn_line, turns_of
+from agentfleet.context.counting import Heuristic, whole
+from agentfleet.loop.transcript import Message, message_chars
+
+
+@dataclass(frozen=True)
+class Assembled:
+    """The messages of one call, and what went into them."""
+
+    messages: list[Message]
+    tokens: dict[str, int]  # by part, as counted by the heuristic (scaled)
+    budgets: Budgets
+    compacted: dict[str, int] = field(default_factory=dict)  # results, turns (as lines), omitted (lines dropped)
+    estimated: float = 0.0  # the whole prompt, unrounded (what an exact count is compared with)
+
+    def report(self, exact: int | None = None) -> dict[str, Any]:
+        """What the plan step records: tokens by part, the budgets, what was compacted, an exact count if any."""
+        out: dict[str, Any] = {"tokens": self.tokens, "total": whole(self.estimated), "prompt": self.budgets.prompt,
+                               "window": self.budgets.window, "reserve": self.budgets.reserve}
+        if self.compacted:
+            out["compacted"] = self.compacted
+        if exact is not None:
+            out["exact"] = exact
+        return out
+
+
+@dataclass(frozen=True)
+class Overflow:
+    """The never-compacted core does not fit: the run ends ``CONTEXT_BUDGET_EXCEEDED`` with this message."""
+
+    part: Part
+    tokens: int
+    budget: int
+    message: str
+
+
+def assemble(*, instructions: Sequence[Message], task: Sequence[Message], constraints: Sequence[str],
+             tools: Sequence[dict[str, Any]], transcript: Sequence[Message], budgets: Budgets,
+             counter: Heuristic | None = None, transcript_chars: int | None = None) -> Assembled | Overflow:
+    """The prompt: ``instructions`` (system prompt, examples), ``task`` (the goal), the compacted older turns,
+    the latest turn and its results. ``constraints`` (short lines about this turn: budgets left, tools down)
+    count as the task's and end the system prompt: a system message late in the conversation derails small
+    models (measured: Qwen2.5-Coder-1.5B answered in prose), and Messages APIs take one system prompt anyway.
+    ``transcript_chars``: the transcript's ``message_chars`` summed, when the caller keeps it (``History``): a
+    prompt that fits then costs nothing per message of the transcript."""
+    count = counter or Heuristic()
+    turns = turns_of(transcript)
+    latest = list(turns[-1].messages) if turns else []
+    older = turns[:-1]
+    told, moved = "\n".join(constraints), 0.0
+    if told and instructions and instructions[0].role == "system":
+        first = instructions[0]
+        system = first.model_copy(update={"content": f"{first.content}\n\n{told}"})
+        moved = count.chars(message_chars(system) - message_chars(first), 0)  # the task's, in the system prompt
+        instructions = [system, *instructions[1:]]
+    core = {Part.INSTRUCTIONS: count.messages(instructions) - moved, Part.TOOLS: count.tools(tools),
+            Part.TASK: count.messages(task) + moved, Part.OBSERVATIONS: count.messages(latest)}
+    for part in CORE:
+        if whole(core[part]) > budgets.caps[part]:
+            return _overflow(part, core[part], budgets.caps[part], budgets, "its budget")
+    room = budgets.prompt - sum(core.values())
+    if room < 0:
+        part = max(CORE, key=lambda p: core[p] / budgets.caps[p])
+        return _overflow(part, core[part], budgets.caps[part], budgets,
+                         f"what the prompt has for it beside the rest of the core ({whole(core[part] + room)})")
+    room = min(room, budgets.caps[Part.RECENT])
+    older_count = len(transcript) - len(latest)
+    if transcript_chars is not None:
+        older_tokens = count.chars(transcript_chars - sum(map(message_chars, latest)), older_count)
+    else:
+        older_tokens = count.messages(transcript[:older_count])
+    head = [*instructions, *task]
+    if older_tokens <= room:
+        tokens = {**{p.value: whole(t) for p, t in core.items()}, Part.SUMMARY.value: 0,
+                  Part.RECENT.value: whole(older_tokens)}
+        return Assembled([*head, *transcript], tokens, budgets,
+                         estimated=sum(core.values()) + older_tokens)
+    return _compacted(head, latest, older, core, room, budgets, count)
+
+
+def _compacted(head: list[Message], latest: list[Message], older: list[Turn],
+               core: dict[Part, float], room: float, budgets: Budgets, count: Heuristic) -> Assembled | Overflow:
+    """Layers 1-3 in order, each only as far as needed, oldest turns first."""
+    kept = [list(t.messages) for t in older]
+    sizes = [count.messages(ms) for ms in kept]
+    used = sum(sizes)
+    results = 0
+    for i, messages in enumerate(kept):  # layer 1: old tool results -> reference and head
+        if used <= room:
+            break
+        for j, message in enumerate(messages):
+            if message.role == "tool":
+                smaller = compact_result(message)
+                if smaller is not message:
+                    messages[j] = smaller
+                    results += 1
+        used -= sizes[i]
+        sizes[i] = count.messages(messages)
+        used += sizes[i]
+    # Layer 2: the oldest turns become one line each, as long as the recent turns left and the summary (never
+    # more than its budget: layer 3 squeezes it) do not fit.
+    cap = budgets.caps[Part.SUMMARY]
+    costs: list[float] = []
+    title = count.message(Message(role="system", content=summary_text([], 0, 0)))
+    start = 0
+    while start < len(kept) and used + (min(title + sum(costs), cap) if costs else 0.0) > room:
+        line = turn_line(older[start])
+        costs.append(count.chars(_escaped(line), 0))
+        used -= sizes[start]
+        start += 1
+    summary: Message | None = None
+    summary_tokens, omitted = 0.0, 0
+    if start:
+        squeezed = _summary_within([turn_line(t) for t in older[:start]], costs, min(cap, room - used), count)
+        if squeezed is None:
+            largest = max(CORE, key=lambda p: core[p])
+            return _overflow(largest, core[largest], budgets.caps[largest], budgets,
+                             f"what leaves room for a summary of the older turns ({whole(room)} left)")
+        summary, summary_tokens, omitted = squeezed
+    recent = [m for ms in kept[start:] for m in ms]
+    messages = [*head, *([summary] if summary else []), *recent, *latest]
+    tokens = {**{p.value: whole(t) for p, t in core.items()}, Part.SUMMARY.value: whole(summary_tokens),
+              Part.RECENT.value: whole(used)}
+    compacted = {k: v for k, v in (("results", results), ("turns", start), ("omitted", omitted)) if v}
+    return Assembled(messages, tokens, budgets, compacted, sum(core.values()) + used + summary_tokens)
+
+
+def _escaped(line: str) -> int:
+    """What a line adds to the summary message's ``message_chars``: its JSON-escaped UTF-8, and the newline."""
+    return len(json.dumps(line, ensure_ascii=False).encode())
+
+
+def _summary_within(lines: list[str], costs: list[float], allowed: float,
+                    count: Heuristic) -> tuple[Message, float, int] | None:
+    """The summary message of ``lines`` (``costs``: each line's tokens) that fits ``allowed`` tokens, keeping
+    the oldest third and the newest lines it can, and how many it left out; None if not even its title fits."""
+    keep = len(lines)
+    title = count.message(Message(role="system", content=summary_text([], 0, 0)))
+    marker = count.chars(_escaped(summary_text(["x", "y", "z"], 1, 1)) - _escaped(summary_text([], 0, 0)), 0)
+    while keep and title + marker + sum(costs[: keep // 3]) + sum(costs[len(lines) - (keep - keep // 3):]) > allowed:
+        keep -= 1  # estimated from the lines' costs; checked on the real message below
+    while keep >= 0:
+        first = keep // 3
+        message = Message(role="system", content=summary_text(lines, first, keep - first))
+        size = count.message(message)
+        if size <= allowed:
+            return message, size, len(lines) - keep
+        keep -= 1
+    return None
+
+
+def _overflow(part: Part, tokens: float, cap: int, budgets: Budgets, over_what: str) -> Overflow:
+    return Overflow(part, whole(tokens), cap,
+                    f"{WHAT[part]} take(s) about {whole(tokens)} tokens, over {over_what} ({cap}; "
+                    f"{budgets.describe()}): shorten it or give the agent a larger context budget")
