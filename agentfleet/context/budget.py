@@ -45,7 +45,7 @@ WHAT = {
 # Shares of the prompt, by default. The core's add up to more than 1 on purpose: each is a cap on one part; the
 # prompt as a whole is the real bound.
 DEFAULT_SHARES: Mapping[Part, float] = {
-    Part.INSTRUCTIONS: 0.30, Part.TOOLS: 0.30, Part.TASK: 0.25, Part.OBSERVATIONS: 0.60, Part.SUMMARY: 0.15,
+    Part.INSTRUCTIONS: 0.30, Part.TOOLS: 0.30, Part.TASK: 0.25, Part.OBSERVATIONS: 0.75, Part.SUMMARY: 0.15,
     Part.RECENT: 1.0,
 }
 # The window of a model that declares none (a scripted or replayed one): a hosted model's usual.

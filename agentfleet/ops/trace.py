@@ -40,7 +40,22 @@ def _model_turn(step: dict[str, Any]) -> dict[str, Any]:
             "status": step["status"], "decision": decision, "input_tokens": usage.get("input_tokens", 0),
             "output_tokens": usage.get("output_tokens", 0), "cost_usd": usage.get("cost_usd", 0.0),
             "duration_ms": step.get("duration_ms"), "worker": step.get("worker"), "attempts": step.get("attempts"),
-            "gate_notice": (step.get("input") or {}).get("notice")}
+            "gate_notice": (step.get("input") or {}).get("notice"),
+            "context": output.get("context") if isinstance(output.get("context"), dict) else None}
+
+
+def context_line(context: dict[str, Any]) -> str:
+    """One model call's context: tokens by part against the prompt's budget, and what was compacted."""
+    tokens = context.get("tokens") or {}
+    parts = ", ".join(f"{part} {n}" for part, n in tokens.items() if n)
+    exact = f", {context['exact']} counted exactly" if context.get("exact") is not None else ""
+    line = f"    context: {context.get('total')} of {context.get('prompt')} tokens ({parts}){exact}"
+    compacted = context.get("compacted") or {}
+    if compacted:
+        said = {"results": "old results to references", "turns": "turns to summary lines",
+                "omitted": "summary lines omitted"}
+        line += "; compacted " + ", ".join(f"{n} {said.get(k, k)}" for k, n in compacted.items())
+    return line
 
 
 def _tool_call(step: dict[str, Any], schema: dict[str, Any] | None) -> dict[str, Any]:
@@ -131,6 +146,8 @@ def trace_lines(trace: dict[str, Any]) -> list[str]:
             lines.append(f"  model {model['model'] or '?'} → {model['decision']}  ({_ms(model['duration_ms'])}, "
                          f"{model['input_tokens']} in / {model['output_tokens']} out tokens, "
                          f"${model['cost_usd']:.6f}, {model['worker'] or '?'}{retried})")
+            if model.get("context"):
+                lines.append(context_line(model["context"]))
             if model["gate_notice"]:
                 lines.append(f"    gate: {model['gate_notice']}")
         for call in it["tools"]:

@@ -1,0 +1,73 @@
+"""A context that always fits, on an embedded fleet: a 100-iteration run of ~2,000-token tool results on a 4,096
+token window finishes and still reaches what it read first; a task too large for its budget ends with a code."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+
+from agentfleet.errors import ErrorCode
+from agentfleet.workers.embedded import EmbeddedFleet
+from tests.fixtures.context_agents import PAGES, SECRET
+from tests.helpers import embedded_fleet, wait_for_run
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedFleet]:
+    with embedded_fleet(tmp_path_factory.mktemp("ws"), "tests.fixtures.context_agents") as running:
+        yield running
+
+
+@pytest.fixture(autouse=True)
+def _isolated_settings() -> None:
+    """The module-scoped fleet owns its settings."""
+
+
+def test_a_hundred_iterations_of_large_results_on_a_small_window_finish_and_reach_the_first_fact(
+        fleet: EmbeddedFleet) -> None:
+    run_id = fleet.submit({"agent": "long_reader", "input": {}})
+    run = wait_for_run(fleet.store, run_id, timeout=240)
+    assert run.result is not None and run.result["status"] == "succeeded", run.result
+    assert run.result["output"] == {"done": True, "seen": [SECRET], "how": "read back"}
+    plans = sorted((s for s in fleet.store.steps(run_id) if s["kind"] == "plan"), key=lambda s: s["iteration"])
+    assert len(plans) == PAGES + 2
+    reports = [p["output"]["context"] for p in plans]
+    assert all(r["total"] <= r["prompt"] == 4096 - 512 for r in reports)
+    assert all(r["tokens"]["observations"] > 1500 for r in reports[1:PAGES])  # the latest page, whole, each turn
+    assert reports[-1]["compacted"]["turns"] > 90 and reports[-1]["compacted"]["omitted"] > 0
+    # What each iteration stores stays flat as the run grows (the transcript once, a bounded report per turn).
+    sizes = [len(json.dumps(p["output"])) for p in plans]
+    assert max(sizes[PAGES - 10: PAGES]) <= 1.2 * max(sizes[10:20])
+    read_back = next(s for s in fleet.store.steps(run_id) if s["kind"] == "tool" and s["iteration"] == PAGES)
+    assert read_back["output"]["output"]["ref"] == "result:p0" and SECRET in read_back["output"]["output"]["text"]
+
+
+def test_a_result_reference_reads_only_the_runs_own_results(fleet: EmbeddedFleet) -> None:
+    runs = [fleet.submit({"agent": "long_reader", "input": {}, "limits": {"max_steps": 3}}) for _ in range(2)]
+    for run_id in runs:
+        wait_for_run(fleet.store, run_id, timeout=60)
+    mine = fleet.store.artifact_part(runs[0], "result:p0", 0, 10_000)
+    assert mine is not None and SECRET in mine[0].decode()
+    assert fleet.store.artifact_part(runs[0], "result:nope", 0, 10) is None
+    assert fleet.store.artifact_part("another-run", "result:p0", 0, 10) is None
+
+
+def test_a_task_larger_than_its_budget_ends_context_budget_exceeded_naming_it(fleet: EmbeddedFleet) -> None:
+    run_id = fleet.submit({"agent": "overfed", "input": {"text": "word " * 4000}})
+    result = wait_for_run(fleet.store, run_id, timeout=30).result
+    assert result is not None and result["status"] == "failed"
+    assert result["error_code"] == ErrorCode.CONTEXT_BUDGET_EXCEEDED
+    assert "the task (goal and constraints)" in result["message"] and "window 2048" in result["message"]
+    assert "give the agent a larger ContextBudget" in result["recovery_suggestion"]
+
+
+def test_the_trace_shows_each_model_calls_context_by_part_and_what_was_compacted(fleet: EmbeddedFleet) -> None:
+    from agentfleet.ops.trace import trace_lines, trace_of
+
+    run_id = fleet.submit({"agent": "long_reader", "input": {}, "limits": {"max_steps": 4}})
+    wait_for_run(fleet.store, run_id, timeout=60)
+    lines = [line for line in trace_lines(trace_of(fleet.store, run_id) or {}) if "context:" in line]
+    assert len(lines) == 4 and all("of 3584 tokens (instructions" in line for line in lines)
+    assert "observations" in lines[1] and "compacted 1 old results to references" in lines[2]
