@@ -44,9 +44,9 @@ OUTPUT_CAP = 384  # tokens a turn may write: stops a runaway turn (a capped turn
 # What made Qwen2.5-Coder-1.5B's turns usable on this llama-server build (measured, README "A real model"): the
 # model writes its calls as bare JSON lines, which the server's own parser drops or leaves as text, so the server
 # returns the text (parse_tool_calls off) and the adapter reads the calls from it (text_tool_calls);
-# tool_choice "required" keeps it to calls; a blank line ends the turn (calls are one line each; it would
-# otherwise write newlines up to the output cap).
-SERVER_OPTIONS: dict[str, Any] = {"parse_tool_calls": False, "stop": ["\n\n"]}
+# tool_choice "required" keeps it to calls; five newlines in a row end the turn (it separates calls with three,
+# then would write newlines up to the output cap: 16 s of a turn at ~23 tokens/s).
+SERVER_OPTIONS: dict[str, Any] = {"parse_tool_calls": False, "stop": ["\n\n\n\n\n"]}
 
 
 def models(port_base: str, name: str) -> list[tuple[str, Model]]:
@@ -85,7 +85,7 @@ def word_stats(model: Model, runs: int, workdir: Path) -> dict[str, Any]:
                    "repairs": sum(1 for s in plans if (s["output"] or {}).get("repair")),
                    "calls_run": sum(1 for s in steps if s["kind"] == "tool"),
                    "turn_ms": [s["duration_ms"] for s in plans], "run_s": round(time.monotonic() - started, 1),
-                   "prompt_tokens": [((s["output"] or {}).get("context") or {}).get("exact") for s in plans]}
+                   "prompt_tokens": [_counted(s) for s in plans]}
             outcomes.append(got)
             print(f"  run {i + 1}: {result.get('status')} {result.get('error_code') or ''} right={right} "
                   f"turns={got['turns']} told back={got['repairs']} tools run={got['calls_run']} "
@@ -114,7 +114,8 @@ def support(model: Model, workdir: Path) -> dict[str, Any]:
             outcomes.append({"status": "succeeded" if ok else "failed", "right": ok and bool(reply.get("reply")),
                              "turns": len(turns), "repairs": sum(1 for s in turns if (s["output"] or {}).get("repair")),
                              "calls_run": 0, "turn_ms": [s["duration_ms"] for s in turns],
-                             "run_s": round(time.monotonic() - started, 1), "prompt_tokens": []})
+                             "run_s": round(time.monotonic() - started, 1),
+                             "prompt_tokens": [_counted(s) for s in turns]})
             print(f"  {ticket_id}: tree of {len(ended)} run(s): "
                   + ", ".join(f"{r.agent} {(r.result or {}).get('status')} {(r.result or {}).get('error_code') or ''}"
                               for r in ended)
@@ -134,16 +135,26 @@ def _resolver_of(fleet: EmbeddedFleet, triage_id: str, timeout_s: float) -> Any:
     return None
 
 
+def _counted(step: dict[str, Any]) -> tuple[int | None, int | None]:
+    """(the heuristic's count, llama-server's exact count) of the prompt a plan step sent."""
+    context = (step["output"] or {}).get("context") or {}
+    return context.get("total"), context.get("exact")
+
+
 def _summary(outcomes: list[dict[str, Any]]) -> dict[str, Any]:
     latencies = [ms for o in outcomes for ms in o["turn_ms"]]
-    counted = [t for o in outcomes for t in o["prompt_tokens"] if t]
+    pairs = [(h, x) for o in outcomes for h, x in o["prompt_tokens"] if h and x]
+    counted = [x for _, x in pairs]
+    over = sorted(h / x for h, x in pairs)  # the heuristic's count over the exact one: >= 1 is the safe side
     return {"runs": len(outcomes), "succeeded": sum(o["status"] == "succeeded" for o in outcomes),
             "right_answers": sum(o["right"] for o in outcomes), "turns": sum(o["turns"] for o in outcomes),
             "turns_told_back_for_repair": sum(o["repairs"] for o in outcomes),
             "median_turn_ms": round(statistics.median(latencies), 1) if latencies else None,
             "p90_turn_ms": round(statistics.quantiles(latencies, n=10)[-1], 1) if len(latencies) > 1 else None,
             "median_run_s": statistics.median(o["run_s"] for o in outcomes) if outcomes else None,
-            "median_prompt_tokens": statistics.median(counted) if counted else None}
+            "median_prompt_tokens": statistics.median(counted) if counted else None,
+            "heuristic_over_exact": {"min": round(over[0], 3), "median": round(statistics.median(over), 3),
+                                     "max": round(over[-1], 3), "prompts": len(over)} if over else None}
 
 
 def main() -> None:

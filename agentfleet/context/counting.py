@@ -20,11 +20,16 @@ from typing import Any
 
 from agentfleet.loop.transcript import Message, message_chars
 
-# Calibrated (benchmarks/README.md, "Counting tokens"): the demo's prompts measured 3.3-4.6 bytes of message JSON
-# per token of the rendered chat prompt on Qwen2.5's tokenizer; 3.0 keeps every measured prompt over-counted.
-CHARS_PER_TOKEN = 3.0
+# Calibrated (``python -m benchmarks.context_tokens``; benchmarks/README.md, "A context that always fits"): against
+# Qwen2.5's tokenizer, 3.0 bytes of message JSON a token under-counted 11 of 17 prompts, by up to 28% (tool results
+# of random letters, which hardly merge: ~2.2 bytes a token); at 2.0 none is under-counted. Prose and JSON are then
+# over-counted ~1.5x: where the model's server counts exactly, the planner checks the assembled prompt with it.
+CHARS_PER_TOKEN = 2.0
 # What a chat template adds per message beyond its content (role markers, separators): 3-5 tokens measured.
 TOKENS_PER_MESSAGE = 5.0
+# The other way round, for what a model wrote (a turn is charged at least that, against a server that under-reports
+# its output): a generous rate, so an honest model's own count is never raised.
+WRITTEN_CHARS_PER_TOKEN = 4
 
 
 @dataclass(frozen=True)

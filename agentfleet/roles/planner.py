@@ -18,7 +18,7 @@ from agentfleet.agents.registry import Agent
 from agentfleet.constants import REPAIR_MESSAGE_NAME
 from agentfleet.context.assemble import Overflow
 from agentfleet.context.builder import estimate_tokens
-from agentfleet.context.counting import CHARS_PER_TOKEN
+from agentfleet.context.counting import WRITTEN_CHARS_PER_TOKEN
 from agentfleet.errors import RECOVERY_SUGGESTIONS, AgentNotLoaded, ErrorCode, GoalRejected, ModelError
 from agentfleet.events.contracts import Result, ResultStatus
 from agentfleet.events.envelope import (
@@ -298,7 +298,7 @@ def _decide_and_commit(step: Step, agent: Agent, run: RunRecord, new_messages: l
         # which an honest model's count of its output does not include.
         written = sum(len(c.name) + len(json.dumps(c.arguments, default=str)) for c in decision.calls)
         written += len(planned.turn.text or "")
-        over = check_turn(limits, run.usage + charged(planned.turn.usage, int(written // CHARS_PER_TOKEN)))
+        over = check_turn(limits, run.usage + charged(planned.turn.usage, written // WRITTEN_CHARS_PER_TOKEN))
         if over is not None:
             return _end(step, run, new_messages, iteration, planned, ResultStatus.FAILED, over.code, over.message)
     if isinstance(decision, Repair):

@@ -121,8 +121,8 @@ def test_a_small_context_window_compacts_old_tool_results_in_the_request_and_rec
     from agentfleet import ContextBudget
 
     model = fleet.runtime.agent("wired").model  # type: ignore[union-attr]
-    monkeypatch.setattr(model, "context_window", 2400)
-    monkeypatch.setattr(fleet.runtime.agent("wired"), "context", ContextBudget(parts={"recent": 700}))
+    monkeypatch.setattr(model, "context_window", 3200)
+    monkeypatch.setattr(fleet.runtime.agent("wired"), "context", ContextBudget(parts={"recent": 1200}))
     endpoint = "/v1/chat/completions"
     big = json.dumps({"text": "word " * 300})
     server.expect_ordered_request(endpoint).respond_with_json(reply(call("e1", "slow_echo", big)))

@@ -19,13 +19,14 @@ them on a real model instead.
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import Field
 
-from agentfleet import Agent, Limits, ReplayModel, ToolContext, Trigger, domain_event, tool
+from agentfleet import Agent, Limits, Message, ReplayModel, ToolCall, ToolContext, Trigger, domain_event, tool
 
 TICKET_TRIAGED = domain_event("ticket.triaged", {
     "type": "object",
@@ -93,6 +94,53 @@ def _cassette(agent: str) -> ReplayModel:
     return ReplayModel(Path(__file__).with_name(f"{agent}.cassette.json"))
 
 
+# Worked exchanges each agent's model sees before its goal (word_stats's guide): small local models call tools, and
+# finish with final_answer, reliably only after one (measured on Qwen2.5-Coder-1.5B: without them kb_search wrote
+# its answer as a JSON block of made-up hits, three times).
+def _said(call_id: str, name: str, arguments: dict[str, Any]) -> Message:
+    return Message(role="assistant", tool_calls=[ToolCall(id=call_id, name=name, arguments=arguments)])
+
+
+def _got(call_id: str, output: Any) -> Message:
+    told = {"ok": True} if output is None else {"ok": True, "output": output}
+    return Message(role="tool", tool_call_id=call_id, content=json.dumps(told, sort_keys=True))
+
+
+def _goal(goal: dict[str, Any]) -> Message:
+    return Message(role="user", content=json.dumps({"goal": goal}, sort_keys=True))  # as goals are worded
+
+
+_PARCEL = {"ticket_id": "T-0", "text": "Where is my parcel? No tracking link yet"}
+_TRACKING = [{"id": "KB-5", "text": KNOWLEDGE[4]["text"], "title": "Tracking"}]
+TRIAGE_EXAMPLE = [
+    _goal(_PARCEL),
+    _said("ex1", "triage_ticket", _PARCEL),
+    _got("ex1", {"ticket_id": "T-0", "topic": "shipping", "priority": "normal"}),
+    _said("ex2", "final_answer", {"ticket_id": "T-0", "topic": "shipping", "priority": "normal"}),
+    _got("ex2", None),
+]
+KB_SEARCH_EXAMPLE = [
+    _goal({"query": "tracking link", "topic": "shipping"}),
+    _said("ex1", "search_kb", {"query": "tracking link", "topic": "shipping"}),
+    _got("ex1", {"hits": _TRACKING}),
+    _said("ex2", "final_answer", {"hits": _TRACKING}),
+    _got("ex2", None),
+]
+RESOLVER_EXAMPLE = [
+    _goal({**_PARCEL, "topic": "shipping", "priority": "normal"}),
+    Message(role="assistant", tool_calls=[
+        ToolCall(id="ex1", name="delegate", arguments={"agent": "kb_search",
+                                                       "input": {"query": "shipping", "topic": "shipping"}}),
+        ToolCall(id="ex2", name="delegate", arguments={"agent": "kb_search",
+                                                       "input": {"query": _PARCEL["text"], "topic": "shipping"}})]),
+    _got("ex1", {"agent": "kb_search", "output": {"hits": _TRACKING}}),
+    _got("ex2", {"agent": "kb_search", "output": {"hits": _TRACKING}}),
+    _said("ex3", "final_answer", {"ticket_id": "T-0", "reply": _TRACKING[0]["text"], "sources": _TRACKING,
+                                  "related": _TRACKING}),
+    _got("ex3", None),
+]
+
+
 triage = Agent(
     "triage",
     instructions="Triage the support ticket with triage_ticket, then report its topic and priority.",
@@ -104,6 +152,7 @@ triage = Agent(
                    "properties": {"ticket_id": {"type": "string"}, "topic": {"type": "string"},
                                   "priority": {"type": "string"}}},
     tools=[triage_ticket],
+    examples=TRIAGE_EXAMPLE,
     limits=Limits(max_steps=4),
 )
 
@@ -121,6 +170,7 @@ resolver = Agent(
                                   "sources": {"type": "array", "items": ARTICLE},
                                   "related": {"type": "array", "items": ARTICLE}}},
     delegates=["kb_search"],
+    examples=RESOLVER_EXAMPLE,
     triggers=[Trigger(TICKET_TRIAGED, input={"ticket_id": "/ticket_id", "topic": "/topic", "priority": "/priority",
                                               "text": "/text"})],
     limits=Limits(max_steps=6, max_tokens=50_000),
@@ -135,5 +185,6 @@ kb_search = Agent(
     result_schema={"type": "object", "required": ["hits"],
                    "properties": {"hits": {"type": "array", "items": ARTICLE}}},
     tools=[search_kb],
+    examples=KB_SEARCH_EXAMPLE,
     limits=Limits(max_steps=3),
 )
