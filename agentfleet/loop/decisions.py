@@ -208,8 +208,11 @@ def _decide(turn: ModelTurn, result_schema: dict[str, Any], previous_signatures:
         return _repair(calls, bad, code, "unusable tool calls: " + "; ".join(why for _, why in bad.values()),
                        "Send the calls again, each naming one of the tools, with a JSON object of arguments.")
     finals = [c for c in calls if c.name == FINAL_ANSWER_TOOL]
-    if finals:
+    if finals and len(finals) == len(calls):
         return _finish(finals[-1].arguments, result_schema, calls)
+    # A final answer beside other calls was written before their results were in (a guess, measured: a small model
+    # answered word counts it had asked a tool for in the same turn): the calls run, and the executor answers the
+    # final answer NOT_RUN, so the model answers again with the results in hand.
     if not calls:
         return _finish_from_text(turn.text, result_schema)
     signature = calls_signature(calls)

@@ -135,6 +135,10 @@ def _attempt(step: Step, req: ToolRequested, attempt: int, arguments: dict[str, 
     settings = step.rt.settings
     agent = step.rt.agent(req.agent)
     tool = _tool_of(step, req)
+    if req.call.name == C.FINAL_ANSWER_TOOL:  # beside other calls of its turn (loop/decisions.py): not taken
+        return ToolResult.failure(ErrorCode.NOT_RUN, f"{C.FINAL_ANSWER_TOOL} was called beside other tools, "
+                                  "before their results were in, so it was not taken",
+                                  f"Read the other calls' results, then call {C.FINAL_ANSWER_TOOL} alone."), False, []
     if tool is None:
         offered = sorted(agent.tools) if agent else []
         return ToolResult.failure(ErrorCode.UNKNOWN_TOOL, f"no tool named {req.call.name!r}",

@@ -103,10 +103,6 @@ class TestDecisions:
         assert isinstance(decision, Fail) and decision.code == ErrorCode.OUTPUT_INVALID
         assert any("n" in d for d in decision.details)
 
-    def test_a_final_answer_wins_over_other_calls_in_the_same_turn(self) -> None:
-        turn = ModelTurn(tool_calls=[call("a"), call(FINAL_ANSWER_TOOL, "f", n=1)])
-        assert decide(turn, SCHEMA) == Finish({"n": 1})
-
     def test_json_text_without_calls_is_taken_as_the_answer(self) -> None:
         assert decide(ModelTurn(text='{"n": 1}'), SCHEMA) == Finish({"n": 1})
 
@@ -197,6 +193,14 @@ class TestRepairs:
     def test_an_undeclared_tool_beside_usable_calls_goes_to_the_executor(self) -> None:
         decision = decide(ModelTurn(tool_calls=[call("a", "1"), call("zz", "2")]), SCHEMA, tools={"a"}, repairs_left=1)
         assert isinstance(decision, Dispatch) and len(decision.calls) == 2
+
+    def test_a_final_answer_beside_other_calls_is_not_taken_and_the_calls_run(self) -> None:
+        """Written before the calls' results were in: a guess. The executor answers it NOT_RUN (roles/executor)."""
+        turn = ModelTurn(tool_calls=[call("a", "1"), call(FINAL_ANSWER_TOOL, "f", n=3)])
+        decision = decide(turn, SCHEMA, tools={"a"}, repairs_left=1)
+        assert isinstance(decision, Dispatch) and [c.name for c in decision.calls] == ["a", FINAL_ANSWER_TOOL]
+        assert isinstance(decide(ModelTurn(tool_calls=[call(FINAL_ANSWER_TOOL, "f", n=3)]), SCHEMA, tools={"a"},
+                                 repairs_left=1), Finish)
 
     def test_a_usable_turn_spends_no_repair(self) -> None:
         assert isinstance(decide(ModelTurn(tool_calls=[call("a", "1")]), SCHEMA, tools={"a"}, repairs_left=1),
