@@ -431,7 +431,7 @@ def test_a_delegation_a_person_approves_starts_its_child_with_the_edited_input(f
     children = fleet.store.children(run_id)
     assert sorted(c.input["q"] for c in children) == ["edited", "open"]
     seen = sorted(s["output"]["output"]["seen"][0] for s in run.result["output"]["seen"]  # type: ignore[index]
-                  if "run_id" in s["output"])
+                  if s["output"].get("agent") == "lookup")
     assert seen == ["kb:edited", "kb:open"]
     # Each started with what was left of the parent's budget (and both spend from it, live).
     assert all(c.limits["max_tokens"] < run.limits["max_tokens"] for c in children), [c.limits for c in children]
