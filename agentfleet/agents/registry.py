@@ -77,6 +77,9 @@ class Agent:
       arguments.
     * ``examples``: a worked exchange (``Message`` s: a goal, calls, their results) shown before the
       goal. Small local models call tools reliably only after seeing one.
+    * ``context``: a ``ContextBudget`` (window, output reserve, each part's budget); ``summary_model``: who
+      summarises older turns when they no longer fit — ``None`` (one extractive line each), ``"agent"`` (its
+      own model), or another model.
 
     Example::
 
@@ -113,6 +116,7 @@ class Agent:
         delegates: Sequence[str] = (),
         triggers: Sequence[Trigger] = (),
         context: ContextBudget | None = None,
+        summary_model: Model | str | None = None,
         register: bool = True,
         **unknown: Any,
     ) -> None:
@@ -121,7 +125,7 @@ class Agent:
         if unknown:
             raise ConfigurationError(f"agent {name!r}: unknown option(s) {', '.join(sorted(unknown))}; known: "
                                      "instructions, model, goal_schema, result_schema, tools, limits, "
-                                     "approval_rules, examples, delegates, triggers, context, register")
+                                     "approval_rules, examples, delegates, triggers, context, summary_model, register")
         if not name or not name.replace("_", "").replace("-", "").isalnum():
             raise ConfigurationError(f"agent name {name!r} must be letters, digits, '_' or '-'")
         self.name = name
@@ -137,6 +141,14 @@ class Agent:
         if context is not None and not isinstance(context, ContextBudget):
             raise ConfigurationError(f"agent {name!r}: context takes a ContextBudget (agentfleet.ContextBudget)")
         self.context = context or ContextBudget()
+        # Who writes the running summary of older turns: None, the extractive lines (free, deterministic);
+        # "agent", the agent's own model; or another, cheaper model (or its spec string). A model's summary is
+        # recorded with the plan step, kept incrementally, and replaced by the lines whenever it fails.
+        if isinstance(summary_model, str) and summary_model != "agent":
+            from agentfleet.models.spec import model_from_spec
+
+            summary_model = model_from_spec(summary_model)
+        self._summary_model = summary_model
         self.examples = _checked_examples(examples, name)
         self.tools: dict[str, Tool] = {}
         for t in tools:
@@ -167,6 +179,12 @@ class Agent:
         self.asks_approval = bool(self.approval_rules) or any(t.requires_approval for t in self.tools.values())
         if register:
             registry.add(self)
+
+    @property
+    def summary_model(self) -> Model | None:
+        """The model that writes the running summary, if any (``"agent"``: whichever model the agent has now)."""
+        found = self._summary_model
+        return self.model if found == "agent" else found  # type: ignore[return-value]
 
     def tool(self, name: str) -> Tool | None:
         """The tool a call of this agent names. ``read_artifact`` is every agent's: a context that compacted an

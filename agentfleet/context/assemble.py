@@ -52,13 +52,16 @@ class Overflow:
 
 def assemble(*, instructions: Sequence[Message], task: Sequence[Message], constraints: Sequence[str],
              tools: Sequence[dict[str, Any]], transcript: Sequence[Message], budgets: Budgets,
-             counter: Heuristic | None = None, transcript_chars: int | None = None) -> Assembled | Overflow:
+             counter: Heuristic | None = None, transcript_chars: int | None = None,
+             summarized: tuple[int, str] | None = None) -> Assembled | Overflow:
     """The prompt: ``instructions`` (system prompt, examples), ``task`` (the goal), the compacted older turns,
     the latest turn and its results. ``constraints`` (short lines about this turn: budgets left, tools down)
     count as the task's and end the system prompt: a system message late in the conversation derails small
     models (measured: Qwen2.5-Coder-1.5B answered in prose), and Messages APIs take one system prompt anyway.
     ``transcript_chars``: the transcript's ``message_chars`` summed, when the caller keeps it (``History``): a
-    prompt that fits then costs nothing per message of the transcript."""
+    prompt that fits then costs nothing per message of the transcript.
+    ``summarized``: (n, text), a model's summary of the first ``n`` older turns, used in place of their lines when
+    at least that many are folded and it fits the summary's budget (else the lines, as without one)."""
     count = counter or Heuristic()
     cut = latest_turn_at(transcript)  # found from the end: a prompt that fits costs nothing per older message
     latest = list(transcript[cut:])
@@ -90,11 +93,11 @@ def assemble(*, instructions: Sequence[Message], task: Sequence[Message], constr
                   Part.RECENT.value: whole(older_tokens)}
         return Assembled([*head, *transcript], tokens, budgets,
                          estimated=sum(core.values()) + older_tokens)
-    return _compacted(head, latest, turns_of(transcript[:cut]), core, room, budgets, count)
+    return _compacted(head, latest, turns_of(transcript[:cut]), core, room, budgets, count, summarized)
 
 
-def _compacted(head: list[Message], latest: list[Message], older: list[Turn],
-               core: dict[Part, float], room: float, budgets: Budgets, count: Heuristic) -> Assembled | Overflow:
+def _compacted(head: list[Message], latest: list[Message], older: list[Turn], core: dict[Part, float], room: float,
+               budgets: Budgets, count: Heuristic, summarized: tuple[int, str] | None) -> Assembled | Overflow:
     """Layers 1-3 in order, each only as far as needed, oldest turns first."""
     kept = [list(t.messages) for t in older]
     sizes = [count.messages(ms) for ms in kept]
@@ -126,7 +129,15 @@ def _compacted(head: list[Message], latest: list[Message], older: list[Turn],
     summary: Message | None = None
     summary_tokens, omitted = 0.0, 0
     if start:
-        squeezed = _summary_within([turn_line(t) for t in older[:start]], costs, min(cap, room - used), count)
+        allowed = min(cap, room - used)
+        squeezed, by_model = None, 0
+        if summarized is not None and 0 < summarized[0] <= start:  # a model's summary of the first turns, then lines
+            by_model, text = summarized
+            squeezed = _summary_within([turn_line(t) for t in older[by_model:start]], costs[by_model:], allowed,
+                                       count, text)
+        if squeezed is None:
+            by_model = 0
+            squeezed = _summary_within([turn_line(t) for t in older[:start]], costs, allowed, count)
         if squeezed is None:
             largest = max(CORE, key=lambda p: core[p])
             return _overflow(largest, core[largest], budgets.caps[largest], budgets,
@@ -136,7 +147,8 @@ def _compacted(head: list[Message], latest: list[Message], older: list[Turn],
     messages = [*head, *([summary] if summary else []), *recent, *latest]
     tokens = {**{p.value: whole(t) for p, t in core.items()}, Part.SUMMARY.value: whole(summary_tokens),
               Part.RECENT.value: whole(used)}
-    compacted = {k: v for k, v in (("results", results), ("turns", start), ("omitted", omitted)) if v}
+    compacted = {k: v for k, v in (("results", results), ("turns", start), ("omitted", omitted),
+                                   ("summarized", by_model if start else 0)) if v}
     return Assembled(messages, tokens, budgets, compacted, sum(core.values()) + used + summary_tokens)
 
 
@@ -145,18 +157,18 @@ def _escaped(line: str) -> int:
     return len(json.dumps(line, ensure_ascii=False).encode())
 
 
-def _summary_within(lines: list[str], costs: list[float], allowed: float,
-                    count: Heuristic) -> tuple[Message, float, int] | None:
+def _summary_within(lines: list[str], costs: list[float], allowed: float, count: Heuristic,
+                    head: str | None = None) -> tuple[Message, float, int] | None:
     """The summary message of ``lines`` (``costs``: each line's tokens) that fits ``allowed`` tokens, keeping
     the oldest third and the newest lines it can, and how many it left out; None if not even its title fits."""
     keep = len(lines)
-    title = count.message(Message(role="system", content=summary_text([], 0, 0)))
+    title = count.message(Message(role="system", content=summary_text([], 0, 0, head)))
     marker = count.chars(_escaped(summary_text(["x", "y", "z"], 1, 1)) - _escaped(summary_text([], 0, 0)), 0)
     while keep and title + marker + sum(costs[: keep // 3]) + sum(costs[len(lines) - (keep - keep // 3):]) > allowed:
         keep -= 1  # estimated from the lines' costs; checked on the real message below
     while keep >= 0:
         first = keep // 3
-        message = Message(role="system", content=summary_text(lines, first, keep - first))
+        message = Message(role="system", content=summary_text(lines, first, keep - first, head))
         size = count.message(message)
         if size <= allowed:
             return message, size, len(lines) - keep

@@ -98,12 +98,13 @@ def turn_line(turn: Turn) -> str:
     return f"turn {turn.number}: " + "; ".join(parts or ["(empty)"])
 
 
-def summary_text(lines: Sequence[str], keep_first: int, keep_last: int) -> str:
-    """The running summary (layer 3): the first ``keep_first`` and last ``keep_last`` lines, the rest counted."""
+def summary_text(lines: Sequence[str], keep_first: int, keep_last: int, head: str | None = None) -> str:
+    """The running summary (layer 3): the first ``keep_first`` and last ``keep_last`` lines, the rest counted;
+    ``head``, a summary a model wrote of the turns before these lines, first."""
     if keep_first + keep_last >= len(lines):
         body = list(lines)
     else:
         omitted = len(lines) - keep_first - keep_last
         body = [*lines[:keep_first], f"… {omitted} turn(s) omitted here; their results stay readable by reference "
                                      f"({RESULT_REF_PREFIX}<call id>) …", *lines[len(lines) - keep_last:]]
-    return "\n".join([SUMMARY_TITLE, *body])
+    return "\n".join([SUMMARY_TITLE, *([head] if head else []), *body])

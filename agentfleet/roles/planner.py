@@ -54,12 +54,12 @@ from agentfleet.loop.decisions import (
 )
 from agentfleet.loop.keys import idempotency_key
 from agentfleet.loop.states import RunState, is_terminal
-from agentfleet.loop.transcript import History, Message, ModelTurn
+from agentfleet.loop.transcript import History, Message, ModelTurn, Usage
 from agentfleet.models.base import ModelRequest, estimated_usage
 from agentfleet.models.retrying import RetryPolicy, with_retries
 from agentfleet.roles import delegation
 from agentfleet.roles.admission import check_conflict
-from agentfleet.roles.prompt import prompt_for
+from agentfleet.roles.prompt import prompt_for, recorded_summary
 from agentfleet.roles.retry import CommitPending, InFlight, outcome_at_risk
 from agentfleet.roles.step import Step, end_run, result_of
 from agentfleet.store.records import RunRecord
@@ -177,6 +177,9 @@ def _plan(step: Step, agent: Agent, iteration: int, new_messages: list[Message],
                 return _end_in(step, conn, run, run, new_messages, iteration, None, ResultStatus.FAILED,
                                ErrorCode.POISON_MESSAGE, msg)
             history = store.history(run_id, conn)
+            summary = None  # the model-written summary the last turn recorded, to go on from
+            if agent.summary_model is not None and iteration > 0:
+                summary = recorded_summary(store.step_output(conn, idempotency_key(run_id, iteration - 1, "plan")))
             # Not durable: a model turn lost with the intent in a database crash is asked for again, as a first try.
             store.relax(conn)
         seen = history.plus(new_messages)  # what the model is shown: all it has seen, and what came back
@@ -185,7 +188,7 @@ def _plan(step: Step, agent: Agent, iteration: int, new_messages: list[Message],
             planned = Planned(ModelTurn.model_validate(step.carried["turn"]), float(step.carried["duration_ms"]),
                               context if isinstance(context, dict) else None)
         else:
-            prompt = prompt_for(agent, run, limits, iteration, seen, _checkpointed_offer(record.input, offer))
+            prompt = prompt_for(agent, run, limits, iteration, seen, _checkpointed_offer(record.input, offer), summary)
             if isinstance(prompt, Overflow):
                 return _end(step, run, new_messages, iteration, None, ResultStatus.FAILED,
                             ErrorCode.CONTEXT_BUDGET_EXCEEDED, prompt.message)
@@ -206,6 +209,8 @@ def _plan(step: Step, agent: Agent, iteration: int, new_messages: list[Message],
                 code = exc.code if isinstance(exc, ModelError) else ErrorCode.MODEL_ERROR
                 return _end(step, run, new_messages, iteration, None, ResultStatus.FAILED, code,
                             f"{agent.model.name}: {exc}")
+            if prompt.spent != Usage():  # writing the summary counts with the turn it was written for
+                turn = turn.model_copy(update={"usage": turn.usage + prompt.spent})
             planned = Planned(turn, round((time.perf_counter() - started) * 1000, 3), prompt.report)
         try:
             return _decide_and_commit(step, agent, run, new_messages, iteration, planned, seen)

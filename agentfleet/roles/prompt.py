@@ -8,19 +8,22 @@ what it took, by part, and what was compacted is recorded with the plan step (``
 
 from __future__ import annotations
 
+import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from agentfleet.agents.registry import Agent
 from agentfleet.constants import READ_ARTIFACT_TOOL
 from agentfleet.context.assemble import Assembled, Overflow, assemble
-from agentfleet.context.budget import CORE
+from agentfleet.context.budget import CORE, Part
 from agentfleet.context.builder import goal_message, system_prompt
+from agentfleet.context.compaction import latest_turn_at, turn_line, turns_of
 from agentfleet.context.counting import Heuristic, whole
 from agentfleet.fleet.gate import Offer
 from agentfleet.loop.budgets import Limits, budget_line
-from agentfleet.loop.transcript import History, Message
+from agentfleet.loop.transcript import History, Message, Usage
+from agentfleet.models.base import ModelRequest
 from agentfleet.store.records import RunRecord
 from agentfleet.tools.artifacts import read_artifact
 
@@ -29,16 +32,34 @@ log = logging.getLogger(__name__)
 EXACT_RECOUNTS = 2
 
 
+SUMMARY_INSTRUCTIONS = (
+    "You keep the running summary of an agent's work on its task. Rewrite the summary so far to take in the new "
+    "turns below. Keep every fact, number, name and result reference (result:<call id>) the task may still need; "
+    "drop what it will not. Answer with the summary alone, in at most {tokens} tokens.")
+
+
 @dataclass(frozen=True)
 class Prompt:
     messages: list[Message]
     tools: list[dict[str, Any]]
     report: dict[str, Any]
+    spent: Usage = field(default_factory=Usage)  # what writing the summary cost (charged with the turn)
+
+
+def recorded_summary(output: object) -> tuple[int, str] | None:
+    """The model-written summary a plan step recorded (``report["summary"]``): (turns it covers, its text). What
+    was stored is read strictly: anything else is no summary, and the lines stand in."""
+    found = ((output if isinstance(output, dict) else {}).get("context") or {}).get("summary")
+    if isinstance(found, dict) and isinstance(found.get("turns"), int) and found["turns"] > 0 \
+            and isinstance(found.get("text"), str) and found["text"].strip():
+        return found["turns"], found["text"]
+    return None
 
 
 def prompt_for(agent: Agent, run: RunRecord, limits: Limits, iteration: int, seen: History,
-               offer: Offer) -> Prompt | Overflow:
-    """The turn's messages and tool definitions, or why the run's core context cannot fit."""
+               offer: Offer, summary: tuple[int, str] | None = None) -> Prompt | Overflow:
+    """The turn's messages and tool definitions, or why the run's core context cannot fit. ``summary``: the one
+    the last plan step recorded, which an agent with a ``summary_model`` extends when more turns fold into it."""
     model = agent.model
     budgets = agent.context.resolve(getattr(model, "context_window", None), getattr(model, "max_output_tokens", None))
     instructions = [Message(role="system", content=system_prompt(agent.instructions)), *agent.examples]
@@ -49,12 +70,19 @@ def prompt_for(agent: Agent, run: RunRecord, limits: Limits, iteration: int, see
     def build(tools: list[dict[str, Any]], counter: Heuristic) -> Assembled | Overflow:
         return assemble(instructions=instructions, task=[goal_message(run.input)], constraints=constraints,
                         tools=tools, transcript=seen.messages, budgets=budgets, counter=counter,
-                        transcript_chars=seen.chars)
+                        transcript_chars=seen.chars, summarized=summary)
 
     built = build(tools, counter)
     if isinstance(built, Assembled) and built.compacted and all(t["name"] != READ_ARTIFACT_TOOL for t in tools):
         tools = [*tools[:-1], read_artifact.spec(), tools[-1]]  # to read a compacted result back (final answer last)
         built = build(tools, counter)
+    spent = Usage()
+    folded = built.compacted.get("turns", 0) if isinstance(built, Assembled) else 0
+    if agent.summary_model is not None and folded > (summary[0] if summary else 0):
+        written, spent = _summarize(agent, run, iteration, seen, summary, folded, budgets.caps[Part.SUMMARY])
+        if written is not None:
+            summary = (folded, written)
+            built = build(tools, counter)
     exact: int | None = None
     count_tokens = getattr(model, "count_tokens", None)
     for _ in range(EXACT_RECOUNTS + 1):
@@ -77,4 +105,30 @@ def prompt_for(agent: Agent, run: RunRecord, limits: Limits, iteration: int, see
     report = built.report(exact)
     if counter.scale != 1.0:
         report["scale"] = round(counter.scale, 3)
-    return Prompt(built.messages, tools, report)
+    if summary is not None and built.compacted.get("summarized"):
+        report["summary"] = {"turns": summary[0], "text": summary[1]}  # the next turn goes on from it
+    return Prompt(built.messages, tools, report, spent)
+
+
+def _summarize(agent: Agent, run: RunRecord, iteration: int, seen: History, summary: tuple[int, str] | None,
+               folded: int, budget: int) -> tuple[str | None, Usage]:
+    """The summary so far, extended by the turns folded since, written by the agent's summary model; None (and the
+    lines stand in) when the call fails or says nothing. Not retried: the lines are a fallback that always fits."""
+    model = agent.summary_model
+    assert model is not None
+    turns = turns_of(seen.messages[: latest_turn_at(seen.messages)])
+    start = summary[0] if summary else 0
+    new = "\n".join(turn_line(t) for t in turns[start:folded])
+    messages = [Message(role="system", content=SUMMARY_INSTRUCTIONS.format(tokens=max(1, budget // 2))),
+                Message(role="user", content=f"Task: {json.dumps(run.input, sort_keys=True)[:2000]}\n\n"
+                                             f"Summary so far:\n{summary[1] if summary else '(none)'}\n\n"
+                                             f"New turns:\n{new}")]
+    request = ModelRequest(run_id=run.run_id, agent=agent.name, iteration=iteration, goal=run.input,
+                           messages=messages, tools=[])
+    try:
+        turn = model.complete(request)
+    except Exception as exc:  # any failure of the summary's model: the extractive lines stand in
+        log.warning("the summary model failed; older turns stay as lines: %s", exc, extra={"iteration": iteration})
+        return None, Usage()
+    text = (turn.text or "").strip()
+    return (text or None), turn.usage

@@ -88,6 +88,9 @@ class Steps(StoreBase):
             stmt = stmt.with_for_update()
         return conn.execute(stmt).scalar()
 
+    def step_output(self, conn: Connection, key: str) -> Any:
+        return conn.execute(select(T.steps.c.output).where(T.steps.c.idempotency_key == key)).scalar()
+
     def open_steps(self, run_id: str) -> list[str]:
         """Idempotency keys of the run's steps whose intent has no outcome yet."""
         with self.reading() as conn:

@@ -193,3 +193,22 @@ def test_a_history_kept_message_by_message_builds_the_prompt_a_whole_transcript_
 def test_the_rate_limits_estimate_is_the_context_heuristics() -> None:
     body = transcript(3, 100)
     assert estimate_tokens(body) == whole(Heuristic().messages(body))
+
+
+def test_a_models_summary_of_the_first_turns_stands_before_the_lines_of_the_later_ones() -> None:
+    body = transcript(60, 4000)
+    budgets = ContextBudget(window=4096, output_reserve=512).resolve(None, None)
+    common = dict(instructions=[Message(role="system", content="i")], task=[goal_message({})], constraints=[],
+                  tools=TOOLS, transcript=body, budgets=budgets)
+    plain = assemble(**common)  # type: ignore[arg-type]
+    assert isinstance(plain, Assembled)
+    folded = plain.compacted["turns"]
+    built = assemble(**common, summarized=(folded - 2, "the facts: fact0"))  # type: ignore[arg-type]
+    assert isinstance(built, Assembled) and built.compacted["summarized"] == folded - 2
+    summary = next(m.content or "" for m in built.messages if "Earlier in this run" in (m.content or ""))
+    assert summary.splitlines()[1] == "the facts: fact0" and f"turn {folded - 1}:" in summary
+    assert "turn 1:" not in summary
+    too_big = assemble(**common, summarized=(folded, "x" * 50_000))  # type: ignore[arg-type]
+    assert isinstance(too_big, Assembled) and "summarized" not in too_big.compacted  # the lines stand in
+    ahead = assemble(**common, summarized=(folded + 5, "covers turns not folded yet"))  # type: ignore[arg-type]
+    assert isinstance(ahead, Assembled) and "summarized" not in ahead.compacted

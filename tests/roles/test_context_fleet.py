@@ -71,3 +71,37 @@ def test_the_trace_shows_each_model_calls_context_by_part_and_what_was_compacted
     lines = [line for line in trace_lines(trace_of(fleet.store, run_id) or {}) if "context:" in line]
     assert len(lines) == 4 and all("of 3584 tokens (instructions" in line for line in lines)
     assert "observations" in lines[1] and "compacted 1 old results to references" in lines[2]
+
+
+def test_a_summary_model_keeps_the_running_summary_incrementally_and_its_cost_counts(fleet: EmbeddedFleet) -> None:
+    run_id = fleet.submit({"agent": "summarized_reader", "input": {}})
+    run = wait_for_run(fleet.store, run_id, timeout=60)
+    assert run.result is not None and run.result["output"] == {"done": True, "seen": [SECRET], "how": "summary"}
+    reports = [p["output"]["context"] for p in sorted((s for s in fleet.store.steps(run_id) if s["kind"] == "plan"),
+                                                       key=lambda s: s["iteration"])]
+    summaries = [r["summary"] for r in reports if "summary" in r]
+    assert summaries and all(s["text"] == f"vault code is {SECRET}" for s in summaries)
+    covered = [s["turns"] for s in summaries]
+    assert covered == sorted(covered) and covered[-1] > covered[0]  # it grew with the run, from what was recorded
+    assert all(r["compacted"]["summarized"] == r["summary"]["turns"] for r in reports if "summary" in r)
+    assert run.input_tokens > 10 * len(reports)  # 10 a turn, and the summary model's prompts with their turns
+
+
+def test_a_summary_model_that_fails_leaves_the_lines_in_its_place(fleet: EmbeddedFleet) -> None:
+    """The extractive lines are the fallback: the run goes on, and the first page's line still holds its fact."""
+    run_id = fleet.submit({"agent": "unsummarized_reader", "input": {}})
+    run = wait_for_run(fleet.store, run_id, timeout=60)
+    assert run.result is not None and run.result["status"] == "succeeded", run.result
+    reports = [p["output"]["context"] for p in fleet.store.steps(run_id) if p["kind"] == "plan"]
+    assert not any("summary" in r for r in reports) and any(r.get("compacted", {}).get("turns") for r in reports)
+    assert run.result["output"] == {"done": True, "seen": [SECRET], "how": "summary"}  # page 0's line holds it
+
+
+@pytest.mark.parametrize("stored", [None, "text", {"context": None}, {"context": {"summary": {"turns": "3"}}},
+                                    {"context": {"summary": {"turns": 0, "text": "x"}}},
+                                    {"context": {"summary": {"turns": 2, "text": "  "}}}, [1, 2]])
+def test_a_recorded_summary_is_read_strictly(stored: object) -> None:
+    from agentfleet.roles.prompt import recorded_summary
+
+    assert recorded_summary(stored) is None
+    assert recorded_summary({"context": {"summary": {"turns": 2, "text": "ok"}}}) == (2, "ok")
