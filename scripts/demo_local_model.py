@@ -57,7 +57,7 @@ def models(port_base: str, name: str) -> list[tuple[str, Model]]:
                                           text_tool_calls=True, extra_body=SERVER_OPTIONS)),
         ("anthropic-compatible", AnthropicModel(name, base_url=port_base, api_key_env=None, temperature=0,
                                                 max_output_tokens=OUTPUT_CAP, context_window=CONTEXT,
-                                                text_tool_calls=True, extra_body=SERVER_OPTIONS)),
+                                                text_tool_calls=True, extra_body=SERVER_OPTIONS, user_text_apart=True)),
     ]
 
 

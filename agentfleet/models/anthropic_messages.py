@@ -35,7 +35,7 @@ class AnthropicModel(ProviderModel[anthropic.Anthropic]):
     def __init__(self, model: str, *, base_url: str | None = None, api_key_env: str | None = "ANTHROPIC_API_KEY",
                  timeout_s: float = 60.0, temperature: float | None = None, max_output_tokens: int = 4096,
                  context_window: int = CONTEXT_WINDOW, text_tool_calls: bool = False,
-                 extra_body: dict[str, Any] | None = None) -> None:
+                 extra_body: dict[str, Any] | None = None, user_text_apart: bool = False) -> None:
         super().__init__(model, base_url=base_url, api_key_env=api_key_env, temperature=temperature,
                          max_output_tokens=max_output_tokens, context_window=context_window,
                          client=lambda key: anthropic.Anthropic(api_key=key, base_url=base_url, max_retries=0,
@@ -43,9 +43,14 @@ class AnthropicModel(ProviderModel[anthropic.Anthropic]):
                          text_tool_calls=text_tool_calls)
         self.max_output_tokens: int = max_output_tokens  # required by Messages: never None here
         self.extra_body = extra_body
+        # A user turn's text (the goal after a worked example's last result, a repair note) in a user message of its
+        # own after the tool results: llama-server's /v1/messages turns a message into its text first and its tool
+        # results after (tools/server/server-chat.cpp), so a small model saw the goal before the example had ended
+        # and answered with a <tool_response> of its own. Off by default: Anthropic's API takes the one message.
+        self.user_text_apart = user_text_apart
 
     def complete(self, request: ModelRequest) -> ModelTurn:
-        system, messages = to_anthropic(request.messages)
+        system, messages = to_anthropic(request.messages, user_text_apart=self.user_text_apart)
         params: dict[str, Any] = {"model": self.model, "messages": messages, "max_tokens": self.max_output_tokens}
         if system:
             params["system"] = system
@@ -65,9 +70,10 @@ class AnthropicModel(ProviderModel[anthropic.Anthropic]):
                                     request.iteration)
 
 
-def to_anthropic(messages: list[Message]) -> tuple[str, list[dict[str, Any]]]:
+def to_anthropic(messages: list[Message], user_text_apart: bool = False) -> tuple[str, list[dict[str, Any]]]:
     """(system, messages): consecutive user-side content (tool results, notes, the goal) is one user
-    message, as Messages wants roles to alternate."""
+    message, as Messages wants roles to alternate; with ``user_text_apart``, text after tool results starts a
+    user message of its own."""
     system = "\n\n".join(m.content or "" for m in messages if m.role == "system")
     out: list[dict[str, Any]] = []
     for m in messages:
@@ -84,7 +90,8 @@ def to_anthropic(messages: list[Message]) -> tuple[str, list[dict[str, Any]]]:
                 block["is_error"] = True
         else:
             block = {"type": "text", "text": m.content or ""}
-        if out and out[-1]["role"] == "user":
+        after_results = block["type"] == "text" and out and any(b["type"] == "tool_result" for b in out[-1]["content"])
+        if out and out[-1]["role"] == "user" and not (user_text_apart and after_results):
             out[-1]["content"].append(block)
         else:
             out.append({"role": "user", "content": [block]})

@@ -67,3 +67,19 @@ def test_an_adapter_reads_text_calls_only_when_asked_and_only_when_the_server_ga
     turn = reading.read_text_calls(_turn(text, "length"), tools, 3)
     assert [(c.id, c.name, c.arguments) for c in turn.tool_calls] == [("i3t0", "count_words", {"text": "x"})]
     assert turn.text is None and turn.stop_reason == "tool_calls"
+
+
+def test_text_after_tool_results_can_go_in_a_user_message_of_its_own() -> None:
+    """llama-server's /v1/messages puts a message's text before its tool results; apart, the order holds."""
+    from agentfleet.loop.transcript import Message, ToolCall
+    from agentfleet.models.anthropic_messages import to_anthropic
+
+    messages = [Message(role="assistant", tool_calls=[ToolCall(id="a", name="t")]),
+                Message(role="tool", tool_call_id="a", content='{"ok": true}'),
+                Message(role="user", content='{"goal": 1}')]
+    _, merged = to_anthropic(messages)
+    assert [m["role"] for m in merged] == ["assistant", "user"]
+    assert [b["type"] for b in merged[1]["content"]] == ["tool_result", "text"]
+    _, apart = to_anthropic(messages, user_text_apart=True)
+    assert [(m["role"], [b["type"] for b in m["content"]]) for m in apart] == [
+        ("assistant", ["tool_use"]), ("user", ["tool_result"]), ("user", ["text"])]
