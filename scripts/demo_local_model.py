@@ -32,6 +32,11 @@ TEXTS = [
     "Durable execution without a silent repeat of a side effect",
     "Small models make mistakes and correct them when told",
     "Planners executors and observers share nothing but events",
+    "Every step is checkpointed before its side effects",
+    "Health checks decide which tools may be dispatched",
+    "A goal arrives as a message and leaves as a validated result",
+    "Workers scale out across machines without any code change",
+    "Tiny models need worked examples before they call tools",
 ]
 TICKETS = [
     ("T-1", "I was charged twice for my invoice"),
