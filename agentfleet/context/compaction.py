@@ -30,13 +30,6 @@ class Turn:
     messages: tuple[Message, ...]
     number: int  # its place among the run's turns, from 1
 
-    @property
-    def finished(self) -> bool:
-        """Every call of the turn has its result."""
-        head = self.messages[0]
-        answered = {m.tool_call_id for m in self.messages[1:] if m.role == "tool"}
-        return head.role != "assistant" or all(c.id in answered for c in head.tool_calls)
-
 
 def turns_of(transcript: Sequence[Message]) -> list[Turn]:
     """The transcript cut at each model turn (messages before the first one, if any, form a turn of their own)."""

@@ -83,18 +83,16 @@ def prompt_for(agent: Agent, run: RunRecord, limits: Limits, iteration: int, see
         if written is not None:
             summary = (folded, written)
             built = build(tools, counter)
-    exact: int | None = None
     count_tokens = getattr(model, "count_tokens", None)
-    for _ in range(EXACT_RECOUNTS + 1):
-        if isinstance(built, Overflow) or not callable(count_tokens):
-            break
-        exact = count_tokens(built.messages, tools)
-        if exact is None or exact <= budgets.prompt:
+    exact = count_tokens(built.messages, tools) if callable(count_tokens) and isinstance(built, Assembled) else None
+    for _ in range(EXACT_RECOUNTS):  # every re-assembly is counted again before it is judged
+        if exact is None or exact <= budgets.prompt or not isinstance(built, Assembled):
             break
         log.info("the heuristic counted %d tokens, the model's tokenizer %d: assembling again", whole(built.estimated),
                  exact, extra={"iteration": iteration})
         counter = counter.scaled(built.estimated, exact)
         built = build(tools, counter)
+        exact = count_tokens(built.messages, tools) if isinstance(built, Assembled) else None  # type: ignore[misc]
     if isinstance(built, Overflow):
         return built
     if exact is not None and exact > budgets.prompt:

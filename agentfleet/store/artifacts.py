@@ -73,8 +73,9 @@ class Artifacts(StoreBase):
 
     def _result_part(self, run_id: str, call_id: str, offset: int, length: int) -> tuple[bytes, int] | None:
         m = T.messages.c
-        with self.reading() as conn:
-            bodies = conn.execute(select(m.body).where(m.run_id == run_id, m.position > 0)).scalars().all()
+        with self.reading() as conn:  # only that call's result crosses the wire, not the whole transcript
+            bodies = conn.execute(select(m.body).where(m.run_id == run_id, m.position > 0,
+                                                       m.body["tool_call_id"].as_string() == call_id)).scalars().all()
         found = next((b.get("content") for b in bodies if isinstance(b, dict) and b.get("role") == "tool"
                       and b.get("tool_call_id") == call_id), None)
         if not isinstance(found, str):

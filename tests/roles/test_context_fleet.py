@@ -3,8 +3,10 @@ token window finishes and still reaches what it read first; a task too large for
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Iterator
+from datetime import UTC, datetime
 
 import pytest
 
@@ -105,3 +107,39 @@ def test_a_recorded_summary_is_read_strictly(stored: object) -> None:
 
     assert recorded_summary(stored) is None
     assert recorded_summary({"context": {"summary": {"turns": 2, "text": "ok"}}}) == (2, "ok")
+
+
+def test_a_prompt_the_tokenizer_counts_over_is_assembled_again_and_counted_again_until_it_fits() -> None:
+    """The exact-count path: over, scaled, assembled and counted again (at most EXACT_RECOUNTS times)."""
+    from agentfleet.context import Overflow
+    from agentfleet.context.counting import Heuristic
+    from agentfleet.fleet.gate import Offer
+    from agentfleet.loop.budgets import Limits
+    from agentfleet.loop.states import RunState
+    from agentfleet.loop.transcript import History, Message, ToolCall
+    from agentfleet.roles.prompt import EXACT_RECOUNTS, prompt_for
+    from agentfleet.store.records import RunRecord
+    from tests.fixtures.context_agents import long_reader, page
+
+    counts: list[int] = []
+    factors = [1.1, 1.2, 1.2]  # the model's tokenizer over the heuristic by this much, call by call
+
+    class Tokenizer:  # over the prompt on the first two counts, within it on the third
+        name, offline, context_window, max_output_tokens = "t", True, 4096, 512
+
+        def count_tokens(self, messages: list[Message], tools: list[dict]) -> int:
+            raw = Heuristic().messages(messages) + Heuristic().tools(tools)
+            counts.append(int(raw * factors[len(counts)]))
+            return counts[-1]
+
+    agent = copy.copy(long_reader)
+    agent.model = Tokenizer()  # type: ignore[assignment]
+    ts = datetime.now(UTC)
+    run = RunRecord("r", "long_reader", "g", "t", RunState.PLANNING, 1, 0, {}, {}, 0, 0, 0, 0.0, None, None, ts, ts)
+    pages = [m for n in range(40) for m in (
+        Message(role="assistant", tool_calls=[ToolCall(id=f"p{n}", name="page", arguments={"n": n})]),
+        Message(role="tool", tool_call_id=f"p{n}", content=json.dumps({"ok": True, "output": page(n)["text"][:1000]})))]
+    built = prompt_for(agent, run, Limits(), 40, History.of(pages), Offer(["page"], None))
+    assert not isinstance(built, Overflow), built
+    assert len(counts) == EXACT_RECOUNTS + 1 and counts[:-1] > [3584] * EXACT_RECOUNTS  # over, over, then within
+    assert built.report["exact"] == counts[-1] <= 3584
