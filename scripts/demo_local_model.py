@@ -47,11 +47,14 @@ OUTPUT_CAP = 384  # tokens a turn may write: stops a runaway turn (a capped turn
 
 
 # What made Qwen2.5-Coder-1.5B's turns usable on this llama-server build (measured, README "A real model"): the
-# model writes its calls as bare JSON lines, which the server's own parser drops or leaves as text, so the server
-# returns the text (parse_tool_calls off) and the adapter reads the calls from it (text_tool_calls);
-# tool_choice "required" keeps it to calls; five newlines in a row end the turn (it separates calls with three,
-# then would write newlines up to the output cap: 16 s of a turn at ~23 tokens/s).
-SERVER_OPTIONS: dict[str, Any] = {"parse_tool_calls": False, "stop": ["\n\n\n\n\n"]}
+# model writes its calls as bare JSON lines, which the server's own parser drops or leaves as text, so the adapter
+# reads the calls from the text (text_tool_calls); tool_choice "required" keeps it to calls; five newlines in a row
+# end the turn (it separates calls with three, then would write newlines up to the output cap: 16 s of a turn at
+# ~23 tokens/s). /v1/messages reads Anthropic's names only (stop_sequences, tool_choice {"type": "any"}) and drops
+# every other field of the body (server_chat_convert_anthropic_to_oai), so each adapter says them its own way.
+STOP = ["\n\n\n\n\n"]
+SERVER_OPTIONS: dict[str, Any] = {"parse_tool_calls": False, "stop": STOP}
+ANTHROPIC_SERVER_OPTIONS: dict[str, Any] = {"stop_sequences": STOP}
 
 
 def models(port_base: str, name: str) -> list[tuple[str, Model]]:
@@ -62,7 +65,8 @@ def models(port_base: str, name: str) -> list[tuple[str, Model]]:
                                           text_tool_calls=True, extra_body=SERVER_OPTIONS)),
         ("anthropic-compatible", AnthropicModel(name, base_url=port_base, api_key_env=None, temperature=0,
                                                 max_output_tokens=OUTPUT_CAP, context_window=CONTEXT,
-                                                text_tool_calls=True, extra_body=SERVER_OPTIONS, user_text_apart=True)),
+                                                tool_choice="required", exact_counts=True, text_tool_calls=True,
+                                                extra_body=ANTHROPIC_SERVER_OPTIONS, user_text_apart=True)),
     ]
 
 

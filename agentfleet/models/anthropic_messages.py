@@ -7,10 +7,12 @@ after them) one user message of ``tool_result`` blocks, so roles alternate as th
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import anthropic
 
+from agentfleet.errors import ConfigurationError
 from agentfleet.loop.transcript import Message, ModelTurn, ToolCall
 from agentfleet.models.base import ModelRequest
 from agentfleet.models.provider import ProviderModel, priced, read_arguments
@@ -19,6 +21,9 @@ from agentfleet.models.provider import ProviderModel, priced, read_arguments
 STOP_REASONS = {"end_turn": "stop", "stop_sequence": "stop", "tool_use": "tool_calls", "max_tokens": "length",
                 "refusal": "content_filter", "pause_turn": "stop"}
 CONTEXT_WINDOW = 200_000
+# tool_choice in the words OpenAIModel takes, said in Messages' vocabulary.
+TOOL_CHOICES = {"auto": {"type": "auto"}, "required": {"type": "any"}, "none": {"type": "none"}}
+log = logging.getLogger(__name__)
 
 
 class AnthropicModel(ProviderModel[anthropic.Anthropic]):
@@ -27,6 +32,10 @@ class AnthropicModel(ProviderModel[anthropic.Anthropic]):
     ``AnthropicModel("claude-sonnet-4-5")`` uses ``ANTHROPIC_API_KEY``; a missing key is a
     ``ConfigurationError`` naming it, raised when the agent is declared. ``max_output_tokens`` is required
     by the API and defaults to 4096. Calls are not retried here (the planner's retry layer does).
+    ``tool_choice`` takes OpenAIModel's words (``"required"``: every turn is a call, ``final_answer`` is one).
+    ``exact_counts`` counts each assembled prompt with ``/v1/messages/count_tokens`` (Anthropic's API and
+    llama-server both offer it) before it is sent: one more request per turn, for a count on the model's own
+    tokenizer instead of the heuristic's.
     """
 
     provider = "anthropic"
@@ -35,7 +44,11 @@ class AnthropicModel(ProviderModel[anthropic.Anthropic]):
     def __init__(self, model: str, *, base_url: str | None = None, api_key_env: str | None = "ANTHROPIC_API_KEY",
                  timeout_s: float = 60.0, temperature: float | None = None, max_output_tokens: int = 4096,
                  context_window: int = CONTEXT_WINDOW, text_tool_calls: bool = False,
-                 extra_body: dict[str, Any] | None = None, user_text_apart: bool = False) -> None:
+                 extra_body: dict[str, Any] | None = None, user_text_apart: bool = False,
+                 tool_choice: str | None = None, exact_counts: bool = False) -> None:
+        if tool_choice is not None and tool_choice not in TOOL_CHOICES:
+            raise ConfigurationError(f"AnthropicModel: tool_choice must be one of {sorted(TOOL_CHOICES)}, "
+                                     f"not {tool_choice!r}")
         super().__init__(model, base_url=base_url, api_key_env=api_key_env, temperature=temperature,
                          max_output_tokens=max_output_tokens, context_window=context_window,
                          client=lambda key: anthropic.Anthropic(api_key=key, base_url=base_url, max_retries=0,
@@ -48,15 +61,36 @@ class AnthropicModel(ProviderModel[anthropic.Anthropic]):
         # results after (tools/server/server-chat.cpp), so a small model saw the goal before the example had ended
         # and answered with a <tool_response> of its own. Off by default: Anthropic's API takes the one message.
         self.user_text_apart = user_text_apart
+        self.tool_choice = tool_choice
+        self.exact_counts = exact_counts
 
-    def complete(self, request: ModelRequest) -> ModelTurn:
-        system, messages = to_anthropic(request.messages, user_text_apart=self.user_text_apart)
-        params: dict[str, Any] = {"model": self.model, "messages": messages, "max_tokens": self.max_output_tokens}
+    def _prompt(self, messages: list[Message], tools: list[dict[str, Any]]) -> dict[str, Any]:
+        """What a call sends of the prompt (system, messages, tools): a count must see the same."""
+        system, said = to_anthropic(messages, user_text_apart=self.user_text_apart)
+        params: dict[str, Any] = {"model": self.model, "messages": said}
         if system:
             params["system"] = system
-        if request.tools:
+        if tools:
             params["tools"] = [{"name": t["name"], "description": t.get("description") or "",
-                                "input_schema": t.get("parameters") or {"type": "object"}} for t in request.tools]
+                                "input_schema": t.get("parameters") or {"type": "object"}} for t in tools]
+            if self.tool_choice:
+                params["tool_choice"] = TOOL_CHOICES[self.tool_choice]
+        return params
+
+    def count_tokens(self, messages: list[Message], tools: list[dict[str, Any]]) -> int | None:
+        """The prompt's tokens as the server counts them (``exact_counts``), else None: the planner's heuristic
+        then decides alone. A failed count is no count, never a failed turn."""
+        if not self.exact_counts:
+            return None
+        try:
+            return int(self._client.get().messages.count_tokens(**self._prompt(messages, tools)).input_tokens)
+        except (anthropic.AnthropicError, ValueError, TypeError) as exc:
+            log.warning("%s could not count the prompt: %s", self.name, exc)
+            return None
+
+    def complete(self, request: ModelRequest) -> ModelTurn:
+        params = self._prompt(request.messages, request.tools)
+        params["max_tokens"] = self.max_output_tokens
         extra = dict(self.extra_body or {})
         if self.temperature is not None:  # in the body: recent SDKs dropped the parameter, servers still read it
             extra["temperature"] = self.temperature

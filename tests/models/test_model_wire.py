@@ -157,6 +157,22 @@ class TestOpenAI:
         with pytest.raises(ModelUnavailable, match="cut off"):
             openai_model(server, monkeypatch).complete(request())
 
+    def test_exact_counts_apply_the_template_and_tokenize_on_llama_server(self, server: HTTPServer,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+        server.expect_request("/apply-template").respond_with_json({"prompt": "<|im_start|>system ..."})
+        server.expect_request("/tokenize").respond_with_json({"tokens": [1, 2, 3, 4]})
+        model = openai_model(server, monkeypatch, llama_server_tokenizer=True)
+        assert model.count_tokens(HISTORY, TOOLS) == 4
+        template, tokenize = sent(server)
+        assert [m["role"] for m in template["messages"]] == ["system", "user", "assistant", "tool", "tool", "user"]
+        assert template["tools"][0]["function"]["name"] == "lookup"
+        assert tokenize == {"content": "<|im_start|>system ..."}
+
+    def test_a_tokenizer_that_fails_is_no_count(self, server: HTTPServer, monkeypatch: pytest.MonkeyPatch) -> None:
+        server.expect_request("/apply-template").respond_with_json({"nope": 1})
+        assert openai_model(server, monkeypatch, llama_server_tokenizer=True).count_tokens(HISTORY, TOOLS) is None
+        assert openai_model(server, monkeypatch).count_tokens(HISTORY, TOOLS) is None and len(server.log) == 1
+
     def test_a_missing_key_names_the_variable_when_the_agent_is_declared(self,
                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv("OPENAI_API_KEY", raising=False)
@@ -236,6 +252,42 @@ class TestAnthropic:
         assert type(raised.value) is kind and f"status {status}" in str(raised.value) and len(server.log) == 1
         if kind is ModelUnavailable:
             assert raised.value.retry_after_s == 3.0
+
+    @pytest.mark.parametrize(("choice", "wire"), [("required", {"type": "any"}), ("auto", {"type": "auto"}),
+                                                  ("none", {"type": "none"})])
+    def test_tool_choice_is_said_in_the_messages_vocabulary(self, server: HTTPServer, monkeypatch: pytest.MonkeyPatch,
+                                                             choice: str, wire: dict[str, str]) -> None:
+        # The same words as OpenAIModel's; llama-server's /v1/messages maps {"type": "any"} back to "required"
+        # and reads nothing else of a request body it does not know (tools/server/server-chat.cpp).
+        server.expect_request("/v1/messages").respond_with_json(anthropic_reply([{"type": "text", "text": "{}"}]))
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "k")
+        model = AnthropicModel("claude-haiku-4-5", base_url=server.url_for(""), tool_choice=choice)
+        model.complete(request())
+        model.complete(request().model_copy(update={"tools": []}))
+        with_tools, without = sent(server)
+        assert with_tools["tool_choice"] == wire and "tool_choice" not in without
+
+    def test_a_tool_choice_it_does_not_know_is_refused_when_declared(self) -> None:
+        with pytest.raises(ConfigurationError, match="tool_choice"):
+            AnthropicModel("claude-haiku-4-5", api_key_env=None, tool_choice="always")
+
+    def test_exact_counts_ask_the_server_for_the_prompt_it_would_send(self, server: HTTPServer,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+        server.expect_request("/v1/messages/count_tokens").respond_with_json({"input_tokens": 321})
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "k")
+        model = AnthropicModel("claude-haiku-4-5", base_url=server.url_for(""), exact_counts=True)
+        assert model.count_tokens(HISTORY, TOOLS) == 321
+        (body,) = sent(server)
+        assert body["system"] == "Be brief." and body["tools"][0]["name"] == "lookup"
+        assert [m["role"] for m in body["messages"]] == ["user", "assistant", "user"]
+
+    def test_a_count_that_fails_is_no_count_and_without_exact_counts_none_is_asked(
+            self, server: HTTPServer, monkeypatch: pytest.MonkeyPatch) -> None:
+        server.expect_request("/v1/messages/count_tokens").respond_with_json({"error": "no"}, status=500)
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "k")
+        model = AnthropicModel("claude-haiku-4-5", base_url=server.url_for(""), exact_counts=True)
+        assert model.count_tokens(HISTORY, TOOLS) is None and len(server.log) == 1
+        assert self.model(server, monkeypatch).count_tokens(HISTORY, TOOLS) is None and len(server.log) == 1
 
     def test_a_missing_key_names_the_variable(self, monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
