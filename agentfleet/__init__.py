@@ -19,6 +19,7 @@ from agentfleet.errors import (
 )
 from agentfleet.events.contracts import Goal, Result, ResultStatus
 from agentfleet.events.domain import Trigger, domain_event
+from agentfleet.graphs import END, START, Graph, append, maximum, merge, minimum, reducer, register_graph
 from agentfleet.loop.budgets import Limits
 from agentfleet.loop.transcript import Message, ModelTurn, ToolCall, ToolResult, Usage
 from agentfleet.models import model_from_spec
@@ -35,6 +36,8 @@ from agentfleet.tools.tool import Tool, ToolCancelled, ToolContext, tool
 __version__ = "0.1.0"
 
 __all__ = [
+    "END",
+    "START",
     "Agent",
     "AgentfleetError",
     "AnthropicModel",
@@ -43,6 +46,7 @@ __all__ = [
     "ErrorCode",
     "Goal",
     "GoalRejected",
+    "Graph",
     "HealthCheck",
     "Limits",
     "Message",
@@ -73,11 +77,17 @@ __all__ = [
     "Trigger",
     "Usage",
     "__version__",
+    "append",
     "domain_event",
     "health_check",
     "load_tool_folder",
     "load_tool_manifest",
+    "maximum",
+    "merge",
+    "minimum",
     "model_from_spec",
+    "reducer",
+    "register_graph",
     "subprocess_tool",
     "tool",
 ]

@@ -34,6 +34,14 @@ class ErrorCode(StrEnum):
     MODEL_ERROR = "MODEL_ERROR"  # the model adapter failed or returned something unusable
     MODEL_AUTH = "MODEL_AUTH"  # the model provider refused the credentials
     CONTEXT_BUDGET_EXCEEDED = "CONTEXT_BUDGET_EXCEEDED"  # the never-compacted part of a prompt does not fit
+    # Graphs (agentfleet/graphs/).
+    NODE_FAILED = "NODE_FAILED"  # a graph's node failed and its policy ends the graph (or a condition raised)
+    UNDECLARED_WRITE = "UNDECLARED_WRITE"  # a node wrote a state field it does not declare in writes=[...]
+    UNDECLARED_READ = "UNDECLARED_READ"  # a node read a state field it does not declare in reads=[...]
+    WRITE_CONFLICT = "WRITE_CONFLICT"  # two nodes of one step wrote a field that has no reducer
+    STATE_INVALID = "STATE_INVALID"  # a step's writes break the graph's state model
+    NO_ROUTE = "NO_ROUTE"  # no edge out of a finished node held
+    GRAPH_CHANGED = "GRAPH_CHANGED"  # the run's record holds steps the graph, as loaded, would not take
     # Tools (structured results handed to the model).
     UNKNOWN_TOOL = "UNKNOWN_TOOL"
     INVALID_ARGUMENTS = "INVALID_ARGUMENTS"
@@ -77,6 +85,16 @@ RECOVERY_SUGGESTIONS: dict[ErrorCode, str] = {
                                        "goal, fewer or shorter tools, a tool result under its response_limit) or "
                                        "give the agent a larger ContextBudget / a model with a larger window.",
     ErrorCode.DEADLINE: "Raise limits.deadline_s or split the goal.",
+    ErrorCode.NODE_FAILED: "`agentfleet trace RUN` shows the node and its error; give it retries=, a fallback= or "
+                           "on_failure=\"skip\" if the graph may go on without it.",
+    ErrorCode.UNDECLARED_WRITE: "Add the field to the node's writes=[...] or stop writing it.",
+    ErrorCode.UNDECLARED_READ: "Add the field to the node's reads=[...].",
+    ErrorCode.WRITE_CONFLICT: "Give the field a reducer (Annotated[list[...], append] or another), or let one "
+                              "node of the step write it.",
+    ErrorCode.STATE_INVALID: "A node wrote a value the state's type refuses: fix the node or the state model.",
+    ErrorCode.NO_ROUTE: "Add an edge out of the node for the case no condition held (for example to END).",
+    ErrorCode.GRAPH_CHANGED: "The graph was changed while the run was under way: start the goal again, or fork "
+                             "it with `agentfleet graph replay RUN --from NODE`.",
     ErrorCode.NO_PROGRESS: "The model repeated itself; refine its instructions or tools.",
     ErrorCode.TRIGGER_LOOP: "Agents trigger each other in a loop: break the cycle of events, or raise "
                             "AGENTFLEET_TRIGGER_MAX_DEPTH / AGENTFLEET_TRACE_MAX_RUNS if the chain is meant to be "

@@ -44,15 +44,18 @@ TICKETS = [
 ]
 CONTEXT = 8192  # tokens per server slot: the demos' prompts are 1-2k; a larger window only costs memory
 OUTPUT_CAP = 384  # tokens a turn may write: stops a runaway turn (a capped turn is told back as cut off)
+TIMEOUT_S = 180.0  # per model call: a capped turn with a cold prompt took 52 s here (11 tokens/s out, 35 in)
 
 
 # What made Qwen2.5-Coder-1.5B's turns usable on this llama-server build (measured, README "A real model"): the
 # model writes its calls as bare JSON lines, which the server's own parser drops or leaves as text, so the adapter
 # reads the calls from the text (text_tool_calls); tool_choice "required" keeps it to calls; five newlines in a row
 # end the turn (it separates calls with three, then would write newlines up to the output cap: 16 s of a turn at
-# ~23 tokens/s). /v1/messages reads Anthropic's names only (stop_sequences, tool_choice {"type": "any"}) and drops
-# every other field of the body (server_chat_convert_anthropic_to_oai), so each adapter says them its own way.
-STOP = ["\n\n\n\n\n"]
+# ~23 tokens/s); after its calls it may run on with a fenced copy of its answer or a <tool_response> of its own
+# (measured through /v1/messages): those end the turn too (calls read up to there stand; text_tool_calls).
+# /v1/messages reads Anthropic's names only (stop_sequences, tool_choice {"type": "any"}) and drops every other
+# field of the body (server_chat_convert_anthropic_to_oai), so each adapter says them its own way.
+STOP = ["\n\n\n\n\n", "\n\n\n```", "<tool_response>"]
 SERVER_OPTIONS: dict[str, Any] = {"parse_tool_calls": False, "stop": STOP}
 ANTHROPIC_SERVER_OPTIONS: dict[str, Any] = {"stop_sequences": STOP}
 
@@ -60,10 +63,12 @@ ANTHROPIC_SERVER_OPTIONS: dict[str, Any] = {"stop_sequences": STOP}
 def models(port_base: str, name: str) -> list[tuple[str, Model]]:
     return [
         ("openai-compatible", OpenAIModel(name, base_url=f"{port_base}/v1", api_key_env=None, temperature=0,
+                                          timeout_s=TIMEOUT_S,
                                           max_output_tokens=OUTPUT_CAP, context_window=CONTEXT,
                                           tool_choice="required", llama_server_tokenizer=True,
                                           text_tool_calls=True, extra_body=SERVER_OPTIONS)),
         ("anthropic-compatible", AnthropicModel(name, base_url=port_base, api_key_env=None, temperature=0,
+                                                timeout_s=TIMEOUT_S,
                                                 max_output_tokens=OUTPUT_CAP, context_window=CONTEXT,
                                                 tool_choice="required", exact_counts=True, text_tool_calls=True,
                                                 extra_body=ANTHROPIC_SERVER_OPTIONS, user_text_apart=True)),

@@ -14,6 +14,8 @@ PINNED = [
     "Trigger", "domain_event",
     # A context that always fits (issue 24).
     "ContextBudget",
+    # Graphs on the fleet (issue 25).
+    "END", "Graph", "START", "append", "maximum", "merge", "minimum", "reducer", "register_graph",
 ]
 
 

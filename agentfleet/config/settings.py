@@ -70,7 +70,7 @@ class Settings(BaseSettings):
     namespace: str = Field(default=constants.DEFAULT_NAMESPACE, pattern=r"^[A-Za-z0-9_.-]+$")
     # Comma-separated modules whose import registers agents (like Celery's ``include``).
     agents: str = ("agentfleet.examples.repo_report,agentfleet.examples.disk_usage,agentfleet.examples.refunds,"
-                   "agentfleet.examples.polyglot,agentfleet.examples.support")
+                   "agentfleet.examples.polyglot,agentfleet.examples.support,agentfleet.examples.tidy")
     # Plugins (config/plugins.py): folders holding plugin folders (or one each), comma-separated; plugins switched
     # off by name; whether installed packages' entry points (group agentfleet.plugins) are read at all.
     plugin_paths: str = ""

@@ -184,7 +184,8 @@ def calls_in_text(text: str | None, offered: Collection[str]) -> list[tuple[str,
     "arguments": {…}}`` at the start of the answer, one after another, bare, fenced (```json) or in Hermes
     ``<tool_call>`` tags. Small local models write calls so (measured: Qwen2.5-Coder-1.5B behind llama-server,
     whose parser then returns them as content). Every object must name a tool it was offered, or none are
-    taken (prose that merely contains JSON stays prose); what follows the last call is the model running on."""
+    taken (prose that merely contains JSON stays prose); what follows the last call, an object that is no call
+    among it, is the model running on."""
     if not text or not offered:
         return []
     calls: list[tuple[str, dict[str, Any]]] = []
@@ -197,6 +198,8 @@ def calls_in_text(text: str | None, offered: Collection[str]) -> list[tuple[str,
             value, at = _DECODER.raw_decode(text, at)
         except ValueError:
             break
+        if calls and not (isinstance(value, dict) and "name" in value):
+            break  # not a call at all (measured: a fenced copy of the answer's fields): the model running on
         if not (isinstance(value, dict) and isinstance(value.get("name"), str) and value["name"] in offered
                 and isinstance(value.get("arguments", {}), dict) and set(value) <= {"name", "arguments"}):
             return []

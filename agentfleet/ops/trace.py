@@ -83,6 +83,10 @@ def trace_of(store: Store, run_id: str, agents: AgentRegistry | None = None) -> 
         else:
             tool = agent.tools.get(step.get("name") or "") if agent else None
             entry["tools"].append(_tool_call(step, tool.parameters if tool else None))
+    if getattr(agent, "graph", None) is not None:  # a graph's turns say why: the edges judged, the nodes failed
+        for said in _graph_reasons(store.transcript(run_id)):
+            if said["step"] in iterations:
+                iterations[said["step"]]["why"] = said["path"]
     transitions = [{"at": _iso(t["at"]), "from": t["from_state"], "to": t["to_state"], "event": t["event_type"],
                     "reason": t["reason"], "worker": t["worker"], "step_ms": t["step_duration_ms"]}
                    for t in store.audit_trail(run_id)]
@@ -91,6 +95,40 @@ def trace_of(store: Store, run_id: str, agents: AgentRegistry | None = None) -> 
                    "state": run.state.value, "created_at": _iso(run.created_at), "updated_at": _iso(run.updated_at),
                    "usage": _usage(run), "iterations": [iterations[i] for i in sorted(iterations)],
                    "transitions": transitions, "end": _end(run), "tree": tree_of(store, run.trace_id)})
+
+
+def _graph_reasons(messages: list[Any]) -> list[dict[str, Any]]:
+    """Each graph turn's record of how it chose its nodes (graphs/binding.py writes it as the turn's text), read
+    strictly: a text that is not one is skipped."""
+    found = []
+    for m in messages:
+        if m.role != "assistant" or not m.content:
+            continue
+        try:
+            said = json.loads(m.content)
+        except ValueError:
+            continue
+        if isinstance(said, dict) and isinstance(said.get("step"), int) and isinstance(said.get("path"), list):
+            found.append({"step": said["step"], "path": [p for p in said["path"] if isinstance(p, dict)]})
+    return found
+
+
+def why_lines(path: list[dict[str, Any]]) -> list[str]:
+    """A graph step's reasons: each node that failed and what followed, each edge judged and whether it held."""
+    lines = []
+    for record in path:
+        for f in record.get("failed") or []:
+            lines.append(f"    node {f.get('node')} failed (try {f.get('attempt')}): {f.get('error_code')}: "
+                         f"{f.get('message')} → {f.get('then')}")
+        if record.get("from"):
+            lines.append(f"    forked: starts at {record['from']}")
+        for e in record.get("edges") or []:
+            because = f" ({e['because']})" if e.get("because") else ""
+            items = f", {e['items']} item(s)" if "items" in e else ""
+            waiting = f", waiting for {', '.join(e['waiting_for'])}" if e.get("waiting_for") else ""
+            lines.append(f"    edge {e.get('from')} → {e.get('to')}{because}: "
+                         f"{'taken' if e.get('took') else 'not taken'}{items}{waiting}")
+    return lines
 
 
 def tree_of(store: Store, trace_id: str) -> list[dict[str, Any]]:
@@ -146,8 +184,9 @@ def trace_lines(trace: dict[str, Any]) -> list[str]:
             lines.append(f"  model {model['model'] or '?'} → {model['decision']}  ({_ms(model['duration_ms'])}, "
                          f"{model['input_tokens']} in / {model['output_tokens']} out tokens, "
                          f"${model['cost_usd']:.6f}, {model['worker'] or '?'}{retried})")
-            if model.get("context"):
+            if model.get("context") and "total" in model["context"]:
                 lines.append(context_line(model["context"]))
+            lines += why_lines(it.get("why") or [])
             if model["gate_notice"]:
                 lines.append(f"    gate: {model['gate_notice']}")
         for call in it["tools"]:

@@ -360,7 +360,7 @@ def _checkpoint(step: Step, conn: Connection, run: RunRecord, iteration: int, ne
             store.add_spend(conn, run.ancestors, planned.turn.usage if planned else None, release=held)
     if planned is not None:
         summary = _plan_summary(planned.turn)
-        if planned.context is not None:
+        if planned.context:  # a graph's turn has none
             summary["context"] = planned.context
         store.finish_step(conn, idempotency_key(run.run_id, iteration, "plan"), status="succeeded",
                           output={**summary, "repair": repair} if repair else summary,

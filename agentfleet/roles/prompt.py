@@ -61,6 +61,9 @@ def prompt_for(agent: Agent, run: RunRecord, limits: Limits, iteration: int, see
     """The turn's messages and tool definitions, or why the run's core context cannot fit. ``summary``: the one
     the last plan step recorded, which an agent with a ``summary_model`` extends when more turns fold into it."""
     model = agent.model
+    if getattr(model, "whole_transcript", False):  # a graph: the record is its position, read whole, never compacted
+        return Prompt([Message(role="system", content=system_prompt(agent.instructions)), *seen.messages],
+                      agent.tool_specs(offer.tools), {})
     budgets = agent.context.resolve(getattr(model, "context_window", None), getattr(model, "max_output_tokens", None))
     instructions = [Message(role="system", content=system_prompt(agent.instructions)), *agent.examples]
     constraints = [budget_line(limits, run.usage, iteration, run.steps_used), *([offer.notice] if offer.notice else [])]

@@ -26,6 +26,16 @@ def test_a_call_written_bare_fenced_or_in_hermes_tags_is_read(text: str) -> None
     assert calls_in_text(text, OFFERED) == [("count_words", {"text": "a b"})]
 
 
+def test_what_follows_the_calls_is_the_model_running_on() -> None:
+    # Measured on Qwen2.5-Coder-1.5B behind llama-server's /v1/messages: its calls, then fenced copies of the
+    # answer's fields up to the output cap.
+    text = ('{"name": "count_words", "arguments": {"text": "a"}}\n\n\n'
+            '{"name": "final_answer", "arguments": {"words": 1, "longest": "a"}}\n\n\n'
+            '```json\n{\n  "words": 1,\n  "longest": "a"\n}\n```\n\n\n```json\n{\n  "w')
+    assert [name for name, _ in calls_in_text(text, OFFERED)] == ["count_words", "final_answer"]
+    assert calls_in_text('{"words": 1}\n{"name": "count_words", "arguments": {}}', OFFERED) == []
+
+
 def test_several_calls_one_after_another_are_read_in_order() -> None:
     text = ('{"name": "count_words", "arguments": {"text": "a"}}\n'
             '{"name": "final_answer", "arguments": {"words": 1, "longest": "a"}}')
