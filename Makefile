@@ -29,6 +29,7 @@ run: install tools
 	AGENTFLEET_WORKSPACE=$(CURDIR) $(BIN)/agentfleet run disk_usage --input '{"path": "agentfleet"}'
 	$(BIN)/agentfleet run polyglot --input '{"text": "$(POLYGLOT_TEXT)"}'
 	$(BIN)/agentfleet run triage --input '{"ticket_id": "T-100", "text": "I was charged twice for my invoice"}'
+	$(BIN)/agentfleet run tidy --input '{"source": "def f():\n\treturn 1   \nx = 2"}'
 
 POLYGLOT_TEXT := A goal is published as a message; planner, executor and observer workers move it forward one \
   step at a time. Every step is checkpointed under an idempotency key, and every tool that is not Python runs \

@@ -6,7 +6,23 @@ import random
 import string
 import time
 
-from agentfleet import Agent, Limits, ModelRequest, ModelTurn, ScriptedModel, ToolCall, ToolContext, Usage, tool
+from pydantic import BaseModel
+
+from agentfleet import (
+    END,
+    START,
+    Agent,
+    Graph,
+    Limits,
+    ModelRequest,
+    ModelTurn,
+    ScriptedModel,
+    ToolCall,
+    ToolContext,
+    Usage,
+    register_graph,
+    tool,
+)
 
 LOOP_GOAL = {
     "type": "object",
@@ -108,3 +124,27 @@ bench_parent = Agent(
     delegates=["bench_loop"],
     limits=Limits(max_steps=100, max_tokens=10**12, max_cost_usd=10**6, deadline_s=10**6),
 )
+
+
+class LoopState(BaseModel):
+    step: int = 0
+    limit: int
+
+
+def _hop(state: LoopState) -> dict:
+    return {}
+
+
+def _count(state: LoopState) -> dict:
+    return {"step": state.step + 1}
+
+
+# The overhead suite's LangGraph peer as an agentfleet graph: plan → tool → observe, round and round, each node a
+# no-op function checkpointed as a step (benchmarks/suites/graphs.py).
+bench_graph = register_graph(
+    Graph("bench_graph", state=LoopState, limits=Limits(max_steps=10_000, deadline_s=10**6))
+    .node("plan", _hop).node("tool", _hop).node("observe", _count, reads=["step"], writes=["step"])
+    .edge(START, "plan")
+    .edge("plan", "tool", when=lambda s: s.step < s.limit, label="step < limit")
+    .edge("plan", END, when=lambda s: s.step >= s.limit, label="done")
+    .edge("tool", "observe").edge("observe", "plan"))

@@ -9,7 +9,17 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from benchmarks.common import Report, Sizes, machine
-from benchmarks.suites import approvals, delegation, growth, in_flight, overhead, profile, recovery, throughput
+from benchmarks.suites import (
+    approvals,
+    delegation,
+    graphs,
+    growth,
+    in_flight,
+    overhead,
+    profile,
+    recovery,
+    throughput,
+)
 
 SUITES: dict[str, Callable[[Sizes, Report], None]] = {
     "overhead": overhead.run,
@@ -20,6 +30,7 @@ SUITES: dict[str, Callable[[Sizes, Report], None]] = {
     "delegation": delegation.run,
     "approvals": approvals.run,
     "profile": profile.run,
+    "graphs": graphs.run,
 }
 
 

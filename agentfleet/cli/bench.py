@@ -64,6 +64,8 @@ def chaos(
                                            help="Restart RabbitMQ once and Postgres once (immediate)")] = True,
     settle: Annotated[float, typer.Option(help="Seconds runs may take to end after the faults")] = 300.0,
     seed: Annotated[int | None, typer.Option(help="Random seed for the choice of victims")] = None,
+    agent: Annotated[str, typer.Option(help="chaos_ledger (an agent) or chaos_graph (the same writes as a graph)")
+                     ] = "chaos_ledger",
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON")] = False,
 ) -> None:
     """Start a fleet in a private namespace, run goals with counted side effects, kill workers and restart
@@ -74,7 +76,7 @@ def chaos(
 
     logs.configure("WARNING", True)
     config = ChaosConfig(runs=runs, duration_s=duration, kills=kills, restart_broker=restarts,
-                         restart_database=restarts, settle_s=settle, seed=seed)
+                         restart_database=restarts, settle_s=settle, seed=seed, agent=agent)
     report = Chaos(get_settings(), config, cwd=Path.cwd()).run()
     if as_json:
         print(json.dumps(report.as_dict(), default=str))

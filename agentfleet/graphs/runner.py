@@ -99,6 +99,7 @@ def advance(graph: Graph, position: Position, step: int, results: Mapping[str, O
     writes: list[tuple[str, Mapping[str, Any]]] = []
     again: list[Activation] = []
     failed: list[dict[str, Any]] = []
+    skipped: list[str] = []  # branches dropped: a join they lead to no longer waits for them
     for i, (activation, outcome) in enumerate(outcomes):
         node = graph.nodes[activation.node]
         if outcome is None:
@@ -127,6 +128,7 @@ def advance(graph: Graph, position: Position, step: int, results: Mapping[str, O
             failed.append({**said, "then": f"fallback {policy.fallback}"})
         elif policy.after_failure == "skip":
             failed.append({**said, "then": "skip"})
+            skipped.append(node.name)
         else:
             raise GraphFailed(ErrorCode.NODE_FAILED, f"node {node.name!r} failed (try {activation.attempt}): "
                                                      f"{outcome.code}: {outcome.message}")
@@ -139,7 +141,7 @@ def advance(graph: Graph, position: Position, step: int, results: Mapping[str, O
         raise GraphFailed(ErrorCode.STATE_INVALID, f"step {step}'s writes ({', '.join(w for w, _ in writes)}) "
                                                    f"break the state: {problem}")
     arrived = {k: set(v) for k, v in position.arrived.items()}
-    nxt, judged = _follow(graph, finished, state, arrived)
+    nxt, judged = _follow(graph, finished, state, arrived, skipped)
     record: dict[str, Any] = {"step": step, "ran": [a.node for a in due], "edges": judged}
     if failed:
         record["failed"] = failed
@@ -148,12 +150,24 @@ def advance(graph: Graph, position: Position, step: int, results: Mapping[str, O
     return Position(state, due_next, arrived, [*position.path, record])
 
 
-def _follow(graph: Graph, finished: Sequence[str], state: dict[str, Any],
-            arrived: dict[str, set[str]]) -> tuple[list[Activation], list[dict[str, Any]]]:
-    """The next step's tries from the edges out of ``finished``, judged on ``state``; and what each edge said."""
+def _follow(graph: Graph, finished: Sequence[str], state: dict[str, Any], arrived: dict[str, set[str]],
+            skipped: Sequence[str] = ()) -> tuple[list[Activation], list[dict[str, Any]]]:
+    """The next step's tries from the edges out of ``finished``, judged on ``state``; and what each edge said. A
+    ``skipped`` branch follows no edge, but counts as arrived at the joins it leads to."""
     shown = graph.state.model_validate(state)
     due: list[Activation] = []
     judged: list[dict[str, Any]] = []
+    for source in skipped:
+        for e in graph.out_of(source):
+            if not e.join:
+                continue
+            arrived.setdefault(e.target, set()).add(source)
+            said: dict[str, Any] = {"from": _name(source), "to": _name(e.target), "took": False, "skipped": True}
+            judged.append(said)
+            if set(e.join) <= arrived[e.target]:  # the rest goes on, even if every branch was dropped
+                arrived.pop(e.target)
+                if all(a.node != e.target for a in due):
+                    due.append(Activation(e.target))
     for source in finished:
         edges = graph.out_of(source)
         took = 0

@@ -295,7 +295,11 @@ def _decide_and_commit(step: Step, agent: Agent, run: RunRecord, new_messages: l
     """``seen``: the transcript and this iteration's results, as the model was shown them."""
     limits = Limits.model_validate(run.limits)
     planned = dataclasses.replace(planned, turn=usable_turn(planned.turn))  # what the store can hold, as decided
-    decision = decide(planned.turn, agent.result_schema, plan_signatures(seen.messages, NO_PROGRESS_REPEATS - 1),
+    # A graph's loops are its author's (a poll, a check and fix) and end by its conditions or its max_steps; the
+    # repeated-call check is for a model stuck in a rut.
+    repeats = [] if getattr(agent.model, "whole_transcript", False) else plan_signatures(seen.messages,
+                                                                                        NO_PROGRESS_REPEATS - 1)
+    decision = decide(planned.turn, agent.result_schema, repeats,
                       tools=agent.callable(),
                       repairs_left=limits.max_repairs - seen.repairs, max_calls=limits.max_calls_per_turn)
     if isinstance(decision, Dispatch):

@@ -97,6 +97,7 @@ class ChaosConfig:
     settle_s: float = 300.0  # after the faults, how long runs may take to end before the rest count as lost
     tool_delay_s: float = 0.4
     seed: int | None = None
+    agent: str = AGENT  # or "chaos_graph": the same counted writes as a graph's nodes
     logdir: Path = Path(".agentfleet/chaos")
 
 
@@ -165,6 +166,9 @@ class Chaos:
         self.extra_args[name] = (role, args)
         return name
 
+    def _run_ids(self) -> list[str]:
+        return [run_id_for(self.config.agent, g) for g in self.accepted]
+
     def _elapsed(self) -> float:
         return round(time.monotonic() - self.started, 2)
 
@@ -182,9 +186,10 @@ class Chaos:
                 goal_id = f"{self.namespace}-{i}"
                 correlation_id = uuid.uuid4().hex
                 self.sent[correlation_id] = goal_id
-                body = {"agent": AGENT, "goal_id": goal_id, "input": {"n": i, "delay_s": self.config.tool_delay_s}}
+                agent = self.config.agent
+                body = {"agent": agent, "goal_id": goal_id, "input": {"n": i, "delay_s": self.config.tool_delay_s}}
                 try:
-                    publish(json.dumps(body), exchange=inbox, routing_key=f"{C.GOAL_ROUTING_PREFIX}{AGENT}",
+                    publish(json.dumps(body), exchange=inbox, routing_key=f"{C.GOAL_ROUTING_PREFIX}{agent}",
                             content_type="application/json", content_encoding="utf-8", delivery_mode=2,
                             reply_to=f"{self.namespace}.chaos.replies", correlation_id=correlation_id)
                     self.accepted.add(goal_id)
@@ -263,7 +268,7 @@ class Chaos:
                 with self.engine.connect() as conn:
                     holders = conn.execute(select(T.steps.c.worker).where(
                         T.steps.c.kind == "tool", T.steps.c.status == "started",
-                        T.steps.c.run_id.in_([run_id_for(AGENT, g) for g in self.accepted]))).scalars().all()
+                        T.steps.c.run_id.in_(self._run_ids()))).scalars().all()
             except Exception:
                 holders = []
             candidates = sorted({h for h in holders if h in live})
@@ -294,8 +299,8 @@ class Chaos:
                 with self.engine.connect() as conn:
                     if ids is None:
                         ids = list(conn.execute(select(T.runs.c.run_id).where(
-                            T.runs.c.agent == AGENT, T.runs.c.state.notin_(terminal),
-                            T.runs.c.run_id.in_([run_id_for(AGENT, g) for g in self.accepted]))).scalars())
+                            T.runs.c.agent == self.config.agent, T.runs.c.state.notin_(terminal),
+                            T.runs.c.run_id.in_(self._run_ids()))).scalars())
                     moved_steps = select(T.steps.c.run_id).where(
                         (T.steps.c.started_at >= struck) | (T.steps.c.finished_at >= struck))
                     waiting = conn.execute(select(func.count()).select_from(T.runs).where(
@@ -326,12 +331,12 @@ class Chaos:
     def _ended(self) -> int:
         with self.engine.connect() as conn:
             return int(conn.execute(select(func.count()).select_from(T.runs).where(
-                T.runs.c.agent == AGENT, T.runs.c.goal_id.in_(list(self.accepted)),
+                T.runs.c.agent == self.config.agent, T.runs.c.goal_id.in_(list(self.accepted)),
                 T.runs.c.state.in_([s.value for s in TERMINAL]))).scalar() or 0)
 
     def _count(self) -> None:
         r = self.report
-        run_ids = {run_id_for(AGENT, g): g for g in self.accepted}
+        run_ids = {run_id_for(self.config.agent, g): g for g in self.accepted}
         with self.engine.connect() as conn:
             runs = conn.execute(select(T.runs.c.run_id, T.runs.c.state, T.runs.c.error_code, T.runs.c.redrives)
                                 .where(T.runs.c.run_id.in_(list(run_ids)))).all()
@@ -356,7 +361,8 @@ class Chaos:
         answered = set()
         for reply in self.replies:
             goal_id = self.sent.get(reply.get("correlation_id") or "")
-            if goal_id is None or reply.get("goal_id") != goal_id or reply.get("run_id") != run_id_for(AGENT, goal_id):
+            if goal_id is None or reply.get("goal_id") != goal_id \
+                    or reply.get("run_id") != run_id_for(self.config.agent, goal_id):
                 r.unexpected += 1
             else:
                 answered.add(goal_id)

@@ -6,6 +6,10 @@ a worker killed in the first half never wrote, one killed in the second half wro
 never recorded the step's outcome. The table has no unique constraint on purpose: a
 second execution of one call is counted, never hidden. Its model is scripted: two calls
 in parallel, then one more, then the final answer with what the tools said.
+
+``chaos_graph`` makes the same writes as a graph (``agentfleet chaos --agent chaos_graph``): nodes ``a`` and ``b``
+at once, joined into ``c``. A node whose write's outcome is unknown (its worker died mid-call) is skipped, never
+tried again: the graph goes on without it, and the ledger shows no second write.
 """
 
 from __future__ import annotations
@@ -15,10 +19,24 @@ import threading
 import time
 from typing import Annotated, Any
 
-from pydantic import Field
+from pydantic import BaseModel, Field
 from sqlalchemy import Column, DateTime, Engine, Integer, MetaData, String, Table, func, insert
 
-from agentfleet import Agent, Limits, ModelRequest, ModelTurn, ScriptedModel, ToolCall, ToolContext, tool
+from agentfleet import (
+    END,
+    START,
+    Agent,
+    Graph,
+    Limits,
+    ModelRequest,
+    ModelTurn,
+    ScriptedModel,
+    ToolCall,
+    ToolContext,
+    append,
+    register_graph,
+    tool,
+)
 from agentfleet.config.settings import get_settings
 from agentfleet.store.db import make_engine
 
@@ -87,3 +105,20 @@ chaos_ledger = Agent(
     tools=[ledger_write],
     limits=Limits(max_steps=6, deadline_s=600),
 )
+
+
+class LedgerState(BaseModel):
+    n: int = 0
+    delay_s: float = Field(default=0.4, ge=0, le=10)
+    results: Annotated[list[Any], append] = []
+
+
+def _node(entry: str) -> dict[str, Any]:
+    return {"tool": ledger_write, "reads": ["delay_s"], "writes": ["results"], "on_failure": "skip",
+            "input": lambda s: {"entry": entry, "delay_s": s.delay_s}, "output": lambda out: {"results": [out]}}
+
+
+chaos_graph = register_graph(
+    Graph("chaos_graph", state=LedgerState, inputs=["n", "delay_s"], limits=Limits(max_steps=6, deadline_s=600))
+    .node("a", **_node("a")).node("b", **_node("b")).node("c", **_node("c"))
+    .fan_out(START, ["a", "b"]).join(["a", "b"], "c").edge("c", END))

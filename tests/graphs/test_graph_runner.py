@@ -139,6 +139,19 @@ def test_a_failed_node_is_tried_again_with_backoff_then_its_fallback_then_the_gr
     assert raised.value.code == ErrorCode.NODE_FAILED and "'flaky' failed (try 2): TRANSIENT" in str(raised.value)
 
 
+def test_a_join_does_not_wait_for_a_skipped_branch() -> None:
+    graph = (Graph("skipjoin", state=S)
+             .node("bad", flaky(9), writes=["verdict"], on_failure="skip")
+             .node("good", lambda s: {"seen": ["good"]}, writes=["seen"])
+             .node("after", lambda s: {"count": len(s.seen)}, reads=["seen"], writes=["count"])
+             .fan_out(START, ["bad", "good"]).join(["bad", "good"], "after").edge("after", END))
+    turns, _ = drive(graph, {"x": 0})
+    assert ran(turns) == [["bad", "good"], ["after"]] and final(turns)["count"] == 1
+    why = json.loads(turns[1].text or "")["path"][0]
+    assert why["failed"][0]["then"] == "skip" and {"from": "bad", "to": "after", "took": False, "skipped": True} \
+        in why["edges"]
+
+
 def test_a_branch_that_may_be_skipped_is_and_the_rest_goes_on() -> None:
     graph = (Graph("skip", state=S)
              .node("bad", flaky(9), writes=["verdict"], on_failure="skip")

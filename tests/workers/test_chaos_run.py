@@ -16,13 +16,15 @@ from tests.conftest import ROOT, require
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]
 
 
-def test_a_small_chaos_run_loses_nothing_repeats_nothing_and_invents_nothing(pg_url: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("agent", ["chaos_ledger", "chaos_graph"])
+def test_a_small_chaos_run_loses_nothing_repeats_nothing_and_invents_nothing(pg_url: str, tmp_path: Path,
+                                                                              agent: str) -> None:
     require("rabbitmq", "postgres")
     assert shutil.which("rabbitmqctl") and shutil.which("pg_ctlcluster"), "the chaos test restarts local services"
     env = {**os.environ, "AGENTFLEET_DATABASE_URL": pg_url, "AGENTFLEET_NAMESPACE": f"aftest-{tmp_path.name[-8:]}",
            "PYTHONPATH": str(ROOT)}
     done = subprocess.run([sys.executable, "-m", "agentfleet.cli", "chaos", "--runs", "16", "--duration", "18",
-                           "--kills", "4", "--settle", "120", "--seed", "7", "--json"],
+                           "--kills", "4", "--settle", "120", "--seed", "7", "--agent", agent, "--json"],
                           env=env, capture_output=True, text=True, cwd=ROOT, timeout=400)
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert done.returncode == 0, (report, done.stderr[-3000:])
