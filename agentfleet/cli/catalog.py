@@ -148,6 +148,7 @@ def schema() -> None:
         ApprovalNotice,
         ApprovalResolve,
         DomainNotice,
+        GraphStepNotice,
         RunNotice,
         ToolHealthNotice,
     )
@@ -158,4 +159,5 @@ def schema() -> None:
                       "approval.resolve": ApprovalResolve.model_json_schema(),
                       "approval.answer": ApprovalAnswer.model_json_schema(),
                       "approval.requested|approval.resolved": ApprovalNotice.model_json_schema(),
-                      "tool.health_changed": ToolHealthNotice.model_json_schema()}, indent=2))
+                      "tool.health_changed": ToolHealthNotice.model_json_schema(),
+                      "graph.step": GraphStepNotice.model_json_schema()}, indent=2))

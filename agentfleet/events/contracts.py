@@ -159,6 +159,21 @@ class RunNotice(Result):
     parent_call_id: str | None = None
 
 
+class GraphStepNotice(BaseModel):
+    """A step of a graph run: plain JSON on ``<ns>.public``, routing key ``graph.step``, as the step's nodes are
+    handed out. The nodes it runs (none: the graph's end), each edge judged to get there and whether it held, and
+    the nodes of the step before that failed with what followed (a retry, a fallback, a skip)."""
+
+    type: Literal["graph.step"] = "graph.step"
+    run_id: str
+    trace_id: str
+    graph: str
+    step: int
+    nodes: list[str]
+    edges: list[dict[str, Any]] = Field(default_factory=list)
+    failed: list[dict[str, Any]] = Field(default_factory=list)
+
+
 class DomainNotice(BaseModel):
     """A domain event as recorded: plain JSON on ``<ns>.public``, routing key ``domain.<name>``."""
 

@@ -12,15 +12,16 @@ import logging
 import time
 from collections.abc import Callable
 
+from pydantic import ValidationError
 from sqlalchemy import Connection
 
 from agentfleet.agents.registry import Agent
-from agentfleet.constants import REPAIR_MESSAGE_NAME
+from agentfleet.constants import FINAL_ANSWER_TOOL, REPAIR_MESSAGE_NAME
 from agentfleet.context.assemble import Overflow
 from agentfleet.context.builder import estimate_tokens
 from agentfleet.context.counting import WRITTEN_CHARS_PER_TOKEN
 from agentfleet.errors import RECOVERY_SUGGESTIONS, AgentNotLoaded, ErrorCode, GoalRejected, ModelError
-from agentfleet.events.contracts import Result, ResultStatus
+from agentfleet.events.contracts import GraphStepNotice, Result, ResultStatus
 from agentfleet.events.envelope import (
     Envelope,
     EventType,
@@ -213,12 +214,31 @@ def _plan(step: Step, agent: Agent, iteration: int, new_messages: list[Message],
                 turn = turn.model_copy(update={"usage": turn.usage + prompt.spent})
             planned = Planned(turn, round((time.perf_counter() - started) * 1000, 3), prompt.report)
         try:
-            return _decide_and_commit(step, agent, run, new_messages, iteration, planned, seen)
+            events = _decide_and_commit(step, agent, run, new_messages, iteration, planned, seen)
+            if getattr(agent.model, "whole_transcript", False):
+                _graph_step_notice(step, run, planned.turn)
+            return events
         except Exception as exc:
             if outcome_at_risk(exc):
                 raise CommitPending({"turn": planned.turn.model_dump(mode="json"),
                                      "duration_ms": planned.duration_ms, "context": planned.context}, exc) from exc
             raise
+
+
+def _graph_step_notice(step: Step, run: RunRecord, turn: ModelTurn) -> None:
+    """``graph.step`` on the public exchange, once the step's plan is committed, from the record the graph's turn
+    carries (graphs/binding.py). At most once a step: a redelivered plan step finds its work done and says
+    nothing again; a graph's trace holds every step either way."""
+    try:
+        said = json.loads(turn.text or "")
+        record = (said.get("path") or [{}])[-1]
+        notice = GraphStepNotice(run_id=run.run_id, trace_id=run.trace_id, graph=str(said.get("graph")),
+                                 step=int(said.get("step")),
+                                 nodes=[c.id.split(".", 3)[-1] for c in turn.tool_calls if c.name != FINAL_ANSWER_TOOL],
+                                 edges=record.get("edges") or [], failed=record.get("failed") or [])
+    except (ValueError, TypeError, AttributeError, ValidationError):
+        return  # not a graph's record: nothing to say
+    step.rt.publisher.publish_public(notice.type, notice.model_dump(mode="json"), run.run_id)
 
 
 def _reserve(step: Step, agent: Agent, run: RunRecord, key: str, request: ModelRequest) -> Reservation | Termination:
