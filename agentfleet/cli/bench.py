@@ -22,7 +22,7 @@ from agentfleet.cli.common import err, out
 
 @app.command()
 def bench(
-    suite: Annotated[str | None, typer.Argument(help="overhead | throughput | recovery | growth | in_flight | "
+    suite: Annotated[str | None, typer.Argument(help="overhead | throughput | recovery | growth | in_flight | graphs | "
                                                      "delegation | "
                                                      "approvals | profile (default: all)")] = None,
     quick: Annotated[bool, typer.Option("--quick", help="Small sizes, for development")] = False,

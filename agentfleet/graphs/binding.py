@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import threading
+from collections import OrderedDict
 from typing import Any
 
 from agentfleet.agents.registry import Agent
@@ -40,6 +42,7 @@ from agentfleet.tools.policy import ApprovalRule
 from agentfleet.tools.tool import Tool, ToolContext, declare
 
 NODE_TOOL_PREFIX = "node_"
+MEMO_RUNS = 4096  # runs whose position a graph keeps, per process (a few KB each)
 NODE_RESPONSE_LIMIT = 1_000_000  # characters of a node's writes: state, not a model's reading
 
 
@@ -60,13 +63,37 @@ class GraphModel:
     def __init__(self, graph: Graph) -> None:
         self.graph = graph
         self.name = f"graph:{graph.name}"
+        # Where each run was after the record this process last read (the record only grows): the next step goes
+        # on from there instead of replaying the run from its start, so a step costs the same at step 1,000 as at
+        # step 1. Another process, or a record that does not go on from it, replays from the start.
+        self._memo: OrderedDict[str, tuple[int, Message, Position]] = OrderedDict()
+        self._lock = threading.Lock()
 
     def estimate(self, request: ModelRequest) -> Usage:
         return Usage()  # a graph's turn spends no tokens
 
+    def _resume(self, run_id: str, messages: list[Message]) -> tuple[int, Position] | None:
+        with self._lock:
+            held = self._memo.get(run_id)
+        if held is None:
+            return None
+        count, last, position = held
+        return (count, position) if 0 < count <= len(messages) and messages[count - 1] == last else None
+
+    def _remember(self, run_id: str, messages: list[Message], position: Position) -> None:
+        if not messages:
+            return
+        with self._lock:
+            self._memo[run_id] = (len(messages), messages[-1], position)
+            self._memo.move_to_end(run_id)
+            while len(self._memo) > MEMO_RUNS:
+                self._memo.popitem(last=False)
+
     def complete(self, request: ModelRequest) -> ModelTurn:
         try:
-            position = replay(self.graph, request.goal, request.messages)
+            position = replay(self.graph, request.goal, request.messages,
+                              resume=self._resume(request.run_id, request.messages))
+            self._remember(request.run_id, request.messages, position)
             calls = [_call(self.graph, position, a, request.iteration, i) for i, a in enumerate(position.due)]
         except GraphFailed as exc:
             raise GraphError(exc) from None
@@ -79,13 +106,16 @@ class GraphModel:
 
 
 def replay(graph: Graph, goal: dict[str, Any], messages: list[Message],
-           points: list[tuple[int, str, dict[str, Any]]] | None = None) -> Position:
+           points: list[tuple[int, str, dict[str, Any]]] | None = None,
+           resume: tuple[int, Position] | None = None) -> Position:
     """The position after every step the record holds: each step's calls must be the ones the graph makes
     (else the graph changed under the run: ``GRAPH_CHANGED``), and their results move it on. ``points`` collects
-    (step, node, the state it was due with) on the way."""
-    position = start(graph, goal)
-    results = {m.tool_call_id: m.content for m in messages if m.role == "tool" and m.tool_call_id}
-    for message in messages:
+    (step, node, the state it was due with) on the way; ``resume``: the position after ``messages[:n]``, to go on
+    from."""
+    begin, position = resume if resume is not None else (0, start(graph, goal))
+    news = messages[begin:]
+    results = {m.tool_call_id: m.content for m in news if m.role == "tool" and m.tool_call_id}
+    for message in news:
         if message.role != "assistant" or not message.tool_calls:
             continue
         if any(c.name == FINAL_ANSWER_TOOL for c in message.tool_calls):

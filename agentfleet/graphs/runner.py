@@ -64,8 +64,9 @@ class Outcome:
 
 @dataclass
 class Position:
-    """Where a run of the graph is: its state, what runs next, the joins partly arrived, and the record of how
-    it got here (each step's nodes and each judged edge), for the trace."""
+    """Where a run of the graph is: its state, what runs next, the joins partly arrived, and how the last step
+    got here (its nodes, each edge judged, each failure), for the trace (kept per turn, not per run: a position
+    stays the same size however long the run)."""
 
     state: dict[str, Any]
     due: list[Activation]
@@ -147,7 +148,7 @@ def advance(graph: Graph, position: Position, step: int, results: Mapping[str, O
         record["failed"] = failed
     # A node due again (a retry, a fallback) and by an edge runs once.
     due_next = [*again, *(a for a in nxt if a.has_item or all(b.node != a.node for b in again))]
-    return Position(state, due_next, arrived, [*position.path, record])
+    return Position(state, due_next, arrived, [record])
 
 
 def _follow(graph: Graph, finished: Sequence[str], state: dict[str, Any], arrived: dict[str, set[str]],
