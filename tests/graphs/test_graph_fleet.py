@@ -14,7 +14,8 @@ MESSY = "def f():\n\treturn 1   \nx = 2"
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
-    with embedded_fleet(tmp_path_factory.mktemp("graphs"), "agentfleet.examples.tidy,tests.graphs.wide") as running:
+    with embedded_fleet(tmp_path_factory.mktemp("graphs"), "agentfleet.examples.tidy,tests.graphs.wide",
+                        AGENTFLEET_APPROVAL_POLL_S="0.2") as running:
         yield running
 
 
@@ -60,3 +61,25 @@ def test_fifty_branches_fan_out_and_join_once(fleet) -> None:  # type: ignore[no
     assert run.result["output"]["total"] == sum(i * i for i in range(50))  # type: ignore[index]
     tools = [s["name"] for s in fleet.store.steps(run.run_id) if s["kind"] == "tool"]
     assert tools.count("node_square") == 50 and tools.count("node_add") == 1
+
+
+def test_a_graph_node_a_person_approves_and_a_node_over_its_time(fleet) -> None:  # type: ignore[no-untyped-def]
+    from agentfleet.events.contracts import ApprovalResolve
+    from agentfleet.roles.approvals import resolve
+    from tests.helpers import eventually
+
+    run_id = fleet.submit({"agent": "outer", "input": {"n": 4}})
+    eventually(lambda: fleet.store.pending_approvals(run_id=run_id), timeout=30)
+    [child] = fleet.store.children(run_id)  # the inner graph ran as a child run first
+    assert child.agent == "wide" and child.state == RunState.SUCCEEDED
+    [pending] = fleet.store.pending_approvals(run_id=run_id)
+    assert pending.tool == "node_ship" and "asks before node 'ship' runs" in (pending.reason or "")
+    assert not any(s["name"] == "node_ship" and s["status"] == "succeeded" for s in fleet.store.steps(run_id))
+    resolve(fleet.runtime, ApprovalResolve(run_id=run_id, call_id=pending.call_id, decision="approve"), "ann",
+            publish=False)
+    run = wait_for_run(fleet.store, run_id, timeout=60)
+    assert run.state == RunState.SUCCEEDED, run.result
+    out = run.result["output"]  # type: ignore[index]
+    assert out["total"] == 0 + 1 + 4 + 9 and out["shipped"] == "shipped 14" and out["napped"] == ""
+    [napped] = [s for s in fleet.store.steps(run_id) if s["name"] == "node_nap"]
+    assert napped["output"]["error_code"] == "TIMEOUT"

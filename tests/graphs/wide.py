@@ -20,3 +20,31 @@ wide = register_graph(
     .node("square", lambda s, item: {"squares": [item * item]}, writes=["squares"])
     .node("add", lambda s: {"total": sum(s.squares)}, reads=["squares"], writes=["total"])
     .edge(START, "plan").map("plan", "square", over="items").edge("square", "add").edge("add", END))
+
+
+class Outer(BaseModel):
+    n: int
+    total: int = 0
+    shipped: str = ""
+    napped: str = ""
+
+
+def ship(state: Outer) -> dict:
+    return {"shipped": f"shipped {state.total}"}
+
+
+def nap(state: Outer) -> dict:
+    import time
+
+    time.sleep(5)
+    return {"napped": "woke"}
+
+
+# A graph as a node of another (a child run of "wide"), a node a person approves first, and a node over its time
+# limit that the graph goes on without.
+outer = register_graph(
+    Graph("outer", state=Outer)
+    .node("inner", graph=wide.graph, reads=["n"], writes=["total"], output=lambda out: {"total": out["total"]})  # type: ignore[attr-defined]
+    .node("ship", ship, reads=["total"], writes=["shipped"], requires_approval=True)
+    .node("nap", nap, writes=["napped"], timeout_s=0.5, on_failure="skip")
+    .edge(START, "inner").edge("inner", "ship").edge("ship", "nap").edge("nap", END))
