@@ -159,6 +159,11 @@ class ProviderModel(Generic[C]):
         self.text_tool_calls = text_tool_calls
         self._client = ClientPerProcess(lambda: client(key))
 
+    def ready(self) -> None:
+        """Build this process's SDK client now (the first one takes a few hundred milliseconds): a rate limiter
+        calls it before it takes a permit, so the request that permit is for leaves at once."""
+        self._client.get()
+
     def read_text_calls(self, turn: ModelTurn, offered: list[dict[str, Any]], iteration: int) -> ModelTurn:
         """``turn`` with the calls its text holds as its calls (``text_tool_calls``), ids ``i<iteration>t<n>``.
         A turn cut off at the output limit after whole calls is taken as those calls: the model ran on."""

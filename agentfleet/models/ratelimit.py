@@ -106,6 +106,9 @@ class RateLimitedModel:
 
     def complete(self, request: ModelRequest) -> ModelTurn:
         estimated = estimate_tokens(request.messages)
+        ready = getattr(self.model, "ready", None)
+        if callable(ready):  # an SDK client built after the permit would put the request on the wire late
+            ready()
         self.limiter.acquire(self.key, self.rule, estimated)
         turn = self.model.complete(request)
         self.limiter.settle(self.key, self.rule, estimated, turn.usage.total_tokens)

@@ -204,8 +204,9 @@ def _plan(step: Step, agent: Agent, iteration: int, new_messages: list[Message],
             try:
                 turn = _complete(step.rt.hooks, agent, request, step.rt.settings.model_retry_policy)
             except Exception as exc:
-                # The Result carries a line; the operator gets the traceback with the run and trace ids.
-                log.error("model call failed: %s", exc, exc_info=exc,
+                # The Result carries a line; the operator gets the traceback with the run and trace ids, but for a
+                # ModelError: a failure the adapter (or a graph) has sorted and said in a line already.
+                log.error("model call failed: %s", exc, exc_info=None if isinstance(exc, ModelError) else exc,
                           extra={"model": agent.model.name, "iteration": iteration})
                 code = exc.code if isinstance(exc, ModelError) else ErrorCode.MODEL_ERROR
                 return _end(step, run, new_messages, iteration, None, ResultStatus.FAILED, code,

@@ -1,6 +1,6 @@
 """Opt-in (``make test-local-model``; ``AGENTFLEET_LOCAL_MODEL_TESTS=1``): the bundled agents finish their jobs on a
 real model on this CPU, Qwen2.5-Coder-1.5B behind llama-server, built and assembled by ``make demo-local-model``.
-About ten minutes on 2 cores; not part of ``make test``, whose suite must stay under 15 minutes."""
+About twenty minutes on 2 cores (both adapters); not part of ``make test``, whose suite must stay under 15 minutes."""
 
 from __future__ import annotations
 
@@ -32,18 +32,29 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer]:
         yield running
 
 
-def test_word_stats_finishes_with_the_right_answer_in_at_least_eight_of_ten_runs(
-        server: LlamaServer, tmp_path: Path) -> None:
+ADAPTERS = ["openai-compatible", "anthropic-compatible"]
+
+
+def model_for(server: LlamaServer, adapter: str):  # type: ignore[no-untyped-def]
     import demo_local_model as demo
 
-    _, model = demo.models(server.base, "qwen2.5-coder-1.5b")[0]
+    return dict(demo.models(server.base, "qwen2.5-coder-1.5b"))[adapter]
+
+
+@pytest.mark.parametrize("adapter", ADAPTERS)
+def test_word_stats_finishes_with_the_right_answer_in_at_least_eight_of_ten_runs(
+        server: LlamaServer, tmp_path: Path, adapter: str) -> None:
+    import demo_local_model as demo
+
+    model = model_for(server, adapter)
     report = demo.word_stats(model, 10, tmp_path)
     assert report["right_answers"] >= 8, report
 
 
-def test_the_support_tree_succeeds_end_to_end(server: LlamaServer, tmp_path: Path) -> None:
+@pytest.mark.parametrize("adapter", ADAPTERS)
+def test_the_support_tree_succeeds_end_to_end(server: LlamaServer, tmp_path: Path, adapter: str) -> None:
     import demo_local_model as demo
 
-    _, model = demo.models(server.base, "qwen2.5-coder-1.5b")[0]
+    model = model_for(server, adapter)
     report = demo.support(model, tmp_path)
     assert report["succeeded"] == report["runs"] == 2, report
