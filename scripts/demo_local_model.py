@@ -49,10 +49,10 @@ TIMEOUT_S = 180.0  # per model call: a capped turn with a cold prompt took 52 s 
 
 # What made Qwen2.5-Coder-1.5B's turns usable on this llama-server build (measured, README "A real model"): the
 # model writes its calls as bare JSON lines, which the server's own parser drops or leaves as text, so the adapter
-# reads the calls from the text (text_tool_calls; "parse_tool_calls": false, sent before, is set back to true by
-# the server whenever tools are offered, server-common.cpp); tool_choice "required" keeps it to calls; five newlines in a row
-# end the turn (it separates calls with three, then would write newlines up to the output cap: 16 s of a turn at
-# ~23 tokens/s); after its calls it may run on with a fenced copy of its answer or a <tool_response> of its own
+# reads the calls from the text (text_tool_calls; "parse_tool_calls": false, sent before, is set back to true by the
+# server whenever tools are offered, server-common.cpp); tool_choice "required" keeps it to calls; five newlines in
+# a row end the turn (it separates calls with three, then would write newlines up to the output cap: 16 s of a turn
+# at ~23 tokens/s); after its calls it may run on with a fenced copy of its answer or a <tool_response> of its own
 # (measured through /v1/messages): those end the turn too (calls read up to there stand; text_tool_calls).
 # /v1/messages reads Anthropic's names only (stop_sequences, tool_choice {"type": "any"}) and drops every other
 # field of the body (server_chat_convert_anthropic_to_oai), so each adapter says them its own way.

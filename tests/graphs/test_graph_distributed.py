@@ -50,3 +50,27 @@ def test_a_graph_goal_from_any_amqp_client_is_answered_and_each_step_is_public(w
     assert [(n["step"], len(n["nodes"])) for n in notices if n["graph"] == "wide"] == [(0, 1), (1, 50), (2, 1),
                                                                                         (3, 0)]
     client.close()
+
+
+def test_graph_replay_forks_a_run_on_the_fleet_from_a_node(workers: WorkerProcs, namespace: str) -> None:
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    workers.env["AGENTFLEET_AGENTS"] = f"{TEST_AGENTS},agentfleet.examples.tidy"
+    start_fleet(workers)
+    client = AmqpClient()
+    first = client.publish_goal(namespace, "goal.tidy", {"agent": "tidy", "goal_id": "g-first",
+                                                         "input": {"source": MESSY}})
+    assert client.replies(1, timeout=120)[first]["status"] == "succeeded"
+    client.close()
+    env = {**os.environ, **workers.env, "COLUMNS": "300"}
+    forked = subprocess.run([sys.executable, "-m", "agentfleet.cli", "graph", "replay", run_id_for("tidy", "g-first"),
+                             "--from", "lint", "--step", "2", "--edit", json.dumps({"source": "x \n"}), "--wait",
+                             "--json"], capture_output=True, text=True, cwd=ROOT, env=env, timeout=180)
+    assert forked.returncode == 0, forked.stderr[-2000:]
+    result = json.loads(forked.stdout.strip().splitlines()[-1])
+    assert result["status"] == "succeeded" and result["goal_id"].startswith("fork-")
+    assert result["output"]["source"] == "x\n" and result["output"]["fixes"] == ["line 2", "final newline", "line 1"]
