@@ -1,10 +1,14 @@
 """Graphs on the real fleet (RabbitMQ, Postgres, Redis, a worker process per role): a goal from a plain AMQP
 client answered on reply_to; each step seen on <ns>.public as plain JSON by a pika consumer, in order; fifty
-branches over two executors joined once. Kills mid-node: tests/workers/test_chaos_run.py (chaos_graph)."""
+branches over two executors joined once; `graph replay --from` forking a run on the fleet. Kills mid-node:
+tests/workers/test_chaos_run.py (chaos_graph)."""
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import jsonschema
 import pytest
@@ -12,7 +16,7 @@ import pytest
 from agentfleet.events.contracts import GraphStepNotice
 from agentfleet.loop.keys import run_id_for
 from agentfleet.store import Store
-from tests.conftest import TEST_AGENTS, WorkerProcs
+from tests.conftest import ROOT, TEST_AGENTS, WorkerProcs
 from tests.fleet.test_health_gate_fleet import start_fleet
 from tests.helpers import AmqpClient
 
@@ -20,8 +24,8 @@ pytestmark = pytest.mark.integration
 MESSY = "def f():\n\treturn 1   \nx = 2"
 
 
-def test_a_graph_goal_from_any_amqp_client_is_answered_and_each_step_is_public(workers: WorkerProcs, namespace: str,
-                                                                                store: Store) -> None:
+def test_a_graph_goal_from_any_amqp_client_is_answered_each_step_is_public_and_a_run_forks(
+        workers: WorkerProcs, namespace: str, store: Store) -> None:
     workers.env["AGENTFLEET_AGENTS"] = f"{TEST_AGENTS},agentfleet.examples.tidy,tests.graphs.wide"
     start_fleet(workers, executors=2)
     client = AmqpClient()
@@ -51,26 +55,13 @@ def test_a_graph_goal_from_any_amqp_client_is_answered_and_each_step_is_public(w
                                                                                         (3, 0)]
     client.close()
 
-
-def test_graph_replay_forks_a_run_on_the_fleet_from_a_node(workers: WorkerProcs, namespace: str) -> None:
-    import os
-    import subprocess
-    import sys
-
-    from tests.conftest import ROOT
-
-    workers.env["AGENTFLEET_AGENTS"] = f"{TEST_AGENTS},agentfleet.examples.tidy"
-    start_fleet(workers)
-    client = AmqpClient()
-    first = client.publish_goal(namespace, "goal.tidy", {"agent": "tidy", "goal_id": "g-first",
-                                                         "input": {"source": MESSY}})
-    assert client.replies(1, timeout=120)[first]["status"] == "succeeded"
-    client.close()
+    # The tidy run forked from its second lint with the text edited: a new run from that node, on the fleet.
     env = {**os.environ, **workers.env, "COLUMNS": "300"}
-    forked = subprocess.run([sys.executable, "-m", "agentfleet.cli", "graph", "replay", run_id_for("tidy", "g-first"),
+    forked = subprocess.run([sys.executable, "-m", "agentfleet.cli", "graph", "replay", run_id_for("tidy", "g-tidy"),
                              "--from", "lint", "--step", "2", "--edit", json.dumps({"source": "x \n"}), "--wait",
                              "--json"], capture_output=True, text=True, cwd=ROOT, env=env, timeout=180)
     assert forked.returncode == 0, forked.stderr[-2000:]
     result = json.loads(forked.stdout.strip().splitlines()[-1])
     assert result["status"] == "succeeded" and result["goal_id"].startswith("fork-")
     assert result["output"]["source"] == "x\n" and result["output"]["fixes"] == ["line 2", "final newline", "line 1"]
+
