@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import threading
+import time
 from collections import OrderedDict
 from typing import Any
 
@@ -205,7 +206,7 @@ def node_tool(graph: Graph, node: Node) -> Tool:
 
     def run(ctx: ToolContext, state: dict[str, Any], item: Any = None, attempt: int = 1,
             delay_s: float = 0.0) -> dict[str, Any]:
-        if delay_s > 0 and ctx.stopped.wait(min(delay_s, ctx.time_left(delay_s))):
+        if delay_s > 0 and _waited_out(ctx, delay_s) is False:
             raise ToolError(f"node {node.name!r} was stopped while it waited to try again", code=ErrorCode.CANCELLED)
         shown = view(graph.state, state, node.reads)
         try:
@@ -232,6 +233,21 @@ def node_tool(graph: Graph, node: Node) -> Tool:
     about = f"Graph {graph.name!r}, node {node.name!r}" + (f": {node.description}" if node.description else "")
     return declare(node_tool_name(node), about, NODE_ARGUMENTS, options, func=run, context_param="ctx",
                    source=getattr(func, "__module__", None))
+
+
+BACKOFF_SLICE_S = 0.25  # how often a backoff wait asks whether its run was cancelled (a stop mark in Redis)
+
+
+def _waited_out(ctx: ToolContext, delay_s: float) -> bool:
+    """Wait ``delay_s`` (at most to the run's deadline) unless the call is stopped first: a cancel of the run is a
+    stop mark the context reads (``ctx.cancelled``), not an event it is told, so it is asked every slice. False:
+    stopped."""
+    until = time.monotonic() + ctx.time_left(delay_s)
+    while (left := until - time.monotonic()) > 0:
+        if ctx.cancelled:
+            return False
+        ctx.stopped.wait(min(BACKOFF_SLICE_S, left))
+    return not ctx.cancelled
 
 
 def goal_schema(graph: Graph) -> dict[str, Any]:

@@ -253,3 +253,18 @@ def test_every_run_follows_the_edges_ends_once_and_resumes_without_repeating(cas
         again = GraphModel(graph).complete(ModelRequest(run_id="r", agent="dag", iteration=iteration,
                                                         goal={"x": x}, messages=messages[:at]))
         assert [c.id for c in again.tool_calls] == [c.id for c in turns[iteration].tool_calls]
+
+
+def test_a_retry_waiting_out_its_backoff_stops_when_its_run_is_cancelled() -> None:
+    import time
+
+    graph = Graph("wait", state=S).node("n", inc, reads=["count"], writes=["count", "seen"], retries=1,
+                                        backoff_s=30).edge(START, "n").edge("n", END)
+    agent = register_graph(graph, register=False)
+    tool = agent.tools["node_n"]
+    cancelled = ToolContext(run_id="r", call_id="c", idempotency_key="k", workspace=Path("."),
+                            cancel_check=lambda: True)  # the run's stop mark, as the executor reads it from Redis
+    started = time.monotonic()
+    with pytest.raises(ToolError) as raised:
+        tool.func(cancelled, **tool.bind({"state": {"count": 0}, "attempt": 2, "delay_s": 30.0}))  # type: ignore[misc]
+    assert raised.value.code == ErrorCode.CANCELLED and time.monotonic() - started < 5
