@@ -31,8 +31,9 @@ TRIAL_MARGIN_S = 5.0
 
 class ToolDispatch:
     def __init__(self, redis: FleetRedis, settings: Settings, *, by: str,
-                 report: Callable[[Transition], None]) -> None:
+                 report: Callable[[Transition], None], clock: Callable[[], float] = time.monotonic) -> None:
         self.redis = redis
+        self._clock = clock  # how old a reused view is; a test passes its own to turn the window without sleeping
         self.settings = settings
         self.health = HealthCache(redis, settings, by, report)
         self.breaker = Breaker(redis, settings, by, report)
@@ -68,7 +69,7 @@ class ToolDispatch:
         within the window is refused by the executor, which always reads fresh.
         """
         names = tuple(t.name for t in tools)
-        now = time.monotonic()
+        now = self._clock()
         seen = self._good_offers.get(names)
         if seen is not None and now - seen[0] < self.settings.gate_view_s:
             return seen[1]

@@ -444,11 +444,14 @@ def test_the_planner_reuses_good_news_briefly_and_reads_bad_news_every_time(serv
     client = fakeredis.FakeRedis(server=server, decode_responses=True)
     down = sealed("t:health:p", HealthEntry("down", "refused", time.time(), "e2"))
     primary, backup = _tool_with(HealthCheck("p", lambda: None), "p"), _tool_with(HealthCheck("b", lambda: None), "b")
-    planner = dispatch(server, gate_view_s=0.3)
+    clock = [100.0]  # the window turns when the test says so, not when a busy machine gets round to it
+    planner = ToolDispatch(fleet_redis(server), settings(gate_view_s=0.3), by="e1", report=lambda t: None,
+                           clock=lambda: clock[0])
     assert planner.offer([primary, backup]).tools == ["p", "b"]
     client.set("t:health:p", down)
+    clock[0] += 0.29
     assert planner.offer([primary, backup]).tools == ["p", "b"]  # an all-healthy view, reused briefly
-    time.sleep(0.35)
+    clock[0] += 0.02
     assert planner.offer([primary, backup]).tools == ["b"]
     client.delete("t:health:p")
     assert planner.offer([primary, backup]).tools == ["p", "b"]  # bad news is never reused
