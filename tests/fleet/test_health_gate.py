@@ -192,8 +192,9 @@ def test_the_breaker_opens_lets_one_trial_through_and_closes(server: fakeredis.F
         return {"ok": True}
 
     changes: list[Transition] = []
-    a = dispatch(server, changes, breaker_failures=3, breaker_cooldown_s=0.5)
-    b = dispatch(server, changes, breaker_failures=3, breaker_cooldown_s=0.5)
+    # the refusal below must land inside the cooldown: wide enough for a busy CI machine
+    a = dispatch(server, changes, breaker_failures=3, breaker_cooldown_s=1.5)
+    b = dispatch(server, changes, breaker_failures=3, breaker_cooldown_s=1.5)
     for d in (a, b, a):
         assert d.call(svc, {}, ctx(tmp_path)).error_code == ErrorCode.INTERNAL
     refused = b.call(svc, {}, ctx(tmp_path))
@@ -202,7 +203,7 @@ def test_the_breaker_opens_lets_one_trial_through_and_closes(server: fakeredis.F
     assert not a.offer([svc]).tools  # the planner's view agrees
 
     broken["on"] = False
-    time.sleep(0.6)
+    time.sleep(1.6)
     results: list[ToolResult] = []
     callers = [threading.Thread(target=lambda d=d: results.append(d.call(svc, {}, ctx(tmp_path))))
                for d in (a, b, a, b)]
@@ -224,9 +225,9 @@ def test_a_failed_trial_opens_the_breaker_again(server: fakeredis.FakeServer, tm
         raise TimeoutError("slow")
 
     changes: list[Transition] = []
-    d = dispatch(server, changes, breaker_failures=1, breaker_cooldown_s=0.2)
+    d = dispatch(server, changes, breaker_failures=1, breaker_cooldown_s=1.0)  # the last refusal lands inside it
     d.call(down, {}, ctx(tmp_path))
-    time.sleep(0.25)
+    time.sleep(1.05)
     assert d.call(down, {}, ctx(tmp_path)).error_code == ErrorCode.INTERNAL  # the trial
     assert d.call(down, {}, ctx(tmp_path)).error_code == ErrorCode.TOOL_UNAVAILABLE
     assert [c.status for c in changes] == ["open", "half_open", "open"]
