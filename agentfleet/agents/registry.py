@@ -80,6 +80,8 @@ class Agent:
     * ``context``: a ``ContextBudget`` (window, output reserve, each part's budget); ``summary_model``: who
       summarises older turns when they no longer fit — ``None`` (one extractive line each), ``"agent"`` (its
       own model), or another model.
+    * ``retention_days``: how long its ended runs are kept before retention deletes them (default:
+      ``AGENTFLEET_RETENTION_DAYS``; unset there too, for ever).
 
     Example::
 
@@ -117,6 +119,7 @@ class Agent:
         triggers: Sequence[Trigger] = (),
         context: ContextBudget | None = None,
         summary_model: Model | str | None = None,
+        retention_days: float | None = None,
         register: bool = True,
         **unknown: Any,
     ) -> None:
@@ -125,11 +128,17 @@ class Agent:
         if unknown:
             raise ConfigurationError(f"agent {name!r}: unknown option(s) {', '.join(sorted(unknown))}; known: "
                                      "instructions, model, goal_schema, result_schema, tools, limits, "
-                                     "approval_rules, examples, delegates, triggers, context, summary_model, register")
+                                     "approval_rules, examples, delegates, triggers, context, summary_model, "
+                                     "retention_days, register")
         if not name or not name.replace("_", "").replace("-", "").isalnum():
             raise ConfigurationError(f"agent name {name!r} must be letters, digits, '_' or '-'")
         self.name = name
         self.instructions = instructions
+        if retention_days is not None and (isinstance(retention_days, bool)
+                                           or not isinstance(retention_days, int | float) or not retention_days > 0):
+            raise ConfigurationError(f"agent {name!r}: retention_days must be a number of days above 0")
+        # How long its ended runs are kept (None: AGENTFLEET_RETENTION_DAYS); agentfleet.ops.retention deletes them.
+        self.retention_days = retention_days
         if isinstance(model, str):
             from agentfleet.models.spec import model_from_spec
 

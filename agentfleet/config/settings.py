@@ -34,6 +34,7 @@ STEP_RETRY_WINDOW_S = 300.0
 # Stuck runs: how long a live run may show no activity before the sweeper re-drives it.
 STALL_AFTER_S = 120.0
 SWEEP_INTERVAL_S = 15.0
+RETENTION_INTERVAL_S = 3600.0
 # Tools.
 DEFAULT_TOOL_TIMEOUT_S = 30.0
 HEALTH_TTL_HEALTHY_S = 30.0
@@ -96,6 +97,11 @@ class Settings(BaseSettings):
     # The sweeper: a live run with no activity for stall_after_s and nothing in flight is re-driven.
     stall_after_s: float = Field(default=STALL_AFTER_S, gt=0)
     sweep_interval_s: float = Field(default=SWEEP_INTERVAL_S, ge=0)  # 0: no sweeper in this worker
+    # Retention: ended runs are deleted, with their steps, transcript, audit rows, approvals and artifacts no run
+    # still links, this many days after they ended (unset: kept for ever; an agent's retention_days overrides it).
+    # Observers apply it every retention_interval_s (0: not in this worker), one pass fleet-wide at a time.
+    retention_days: float | None = Field(default=None, gt=0)
+    retention_interval_s: float = Field(default=RETENTION_INTERVAL_S, ge=0)
     # Tool timeout tiers; a tool's own timeout_s overrides its tier, and a tool without either gets
     # tool_timeout_s.
     tier_model_s: float = Field(default=TIER_TIMEOUTS_S["model"], gt=0)

@@ -87,6 +87,7 @@ class Filter:
     reason: str | None = None  # a substring of the reason or the error code, any case
     since: datetime | None = None
     source: str | None = None
+    before: datetime | None = None  # died before it (retention); a letter without a time of death is kept
 
     def __call__(self, letter: DeadLetter) -> bool:
         if self.ids and letter.id not in self.ids:
@@ -95,10 +96,12 @@ class Filter:
             return False
         if self.since and (letter.dead_at is None or letter.dead_at < self.since):
             return False
+        if self.before and (letter.dead_at is None or letter.dead_at >= self.before):
+            return False
         return not (self.source and not letter.source.startswith(self.source))
 
 
-def parse_since(value: str, now: datetime | None = None) -> datetime:
+def parse_since(value: str, now: datetime | None = None, *, option: str = "--since") -> datetime:
     """``30m``, ``2h``, ``1d`` ago, or an ISO 8601 time."""
     now = now or datetime.now(UTC)
     match = _DURATION.match(value.strip())
@@ -107,7 +110,7 @@ def parse_since(value: str, now: datetime | None = None) -> datetime:
     try:
         parsed = datetime.fromisoformat(value)
     except ValueError:
-        raise AgentfleetError(f"--since {value!r}: give a duration (30m, 2h, 1d) or an ISO 8601 time") from None
+        raise AgentfleetError(f"{option} {value!r}: give a duration (30m, 2h, 1d) or an ISO 8601 time") from None
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, BinaryIO
 
-from sqlalchemy import Connection, select
+from sqlalchemy import Connection, select, update
 
 from agentfleet.constants import RESULT_REF_PREFIX
 from agentfleet.store import tables as T
@@ -30,19 +30,29 @@ class Artifacts(StoreBase):
             size = ref.get("size", 0)
             if isinstance(content, bytes | bytearray):
                 size = len(content)
-                self._insert_ignore(conn, T.artifacts, {
-                    "ref": ref["ref"], "size": size, "media_type": ref.get("media_type", "application/json"),
-                    "content": bytes(content), "created_at": at}, ["ref"])
-            elif content is not None and self._insert_ignore(conn, T.artifacts, {
-                    "ref": ref["ref"], "size": size, "media_type": ref.get("media_type", "application/octet-stream"),
-                    "content": None, "created_at": at}, ["ref"]):
-                content.seek(0)
-                for seq, chunk in enumerate(iter(lambda f=content: f.read(ARTIFACT_CHUNK), b"")):
-                    conn.execute(T.artifact_chunks.insert().values(ref=ref["ref"], seq=seq, data=chunk))
+                row = {"ref": ref["ref"], "size": size, "media_type": ref.get("media_type", "application/json"),
+                       "content": bytes(content), "created_at": at}
+                if not self._insert_ignore(conn, T.artifacts, row, ["ref"]) and not self._touch(conn, ref["ref"], at):
+                    self._insert_ignore(conn, T.artifacts, row, ["ref"])  # pruned between the two: stored anew
+            elif content is not None:
+                row = {"ref": ref["ref"], "size": size, "media_type": ref.get("media_type", "application/octet-stream"),
+                       "content": None, "created_at": at}
+                if self._insert_ignore(conn, T.artifacts, row, ["ref"]) or (
+                        not self._touch(conn, ref["ref"], at) and self._insert_ignore(conn, T.artifacts, row, ["ref"])):
+                    content.seek(0)
+                    for seq, chunk in enumerate(iter(lambda f=content: f.read(ARTIFACT_CHUNK), b"")):
+                        conn.execute(T.artifact_chunks.insert().values(ref=ref["ref"], seq=seq, data=chunk))
             self._insert_ignore(conn, T.run_artifacts, {
                 "run_id": run_id, "ref": ref["ref"], "call_id": call_id, "tool": tool,
                 "kind": ref.get("kind", "output"), "size": size, "created_at": at,
             }, ["run_id", "ref", "call_id"])
+
+    @staticmethod
+    def _touch(conn: Connection, ref: str, at: Any) -> bool:
+        """Mark stored content as produced again now (under its row's lock), so retention, which deletes unlinked
+        content last produced before its cutoff, cannot delete it under this call's link; False: it is gone."""
+        a = T.artifacts.c
+        return bool(conn.execute(update(T.artifacts).where(a.ref == ref).values(created_at=at)).rowcount)
 
     def artifact_part(self, run_id: str, ref: str, offset: int, length: int) -> tuple[bytes, int] | None:
         """``length`` bytes of an artifact from ``offset``, and its whole size, if one of this run's calls

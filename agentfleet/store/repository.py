@@ -3,7 +3,7 @@
 Handlers pass a connection for writes that must commit together (a step's
 outcome, the run's transition and the events to publish); reads that stand
 alone open their own. Each kind of record (runs, steps, transcript, outbox,
-approvals, artifacts, spend, events, the sweeper's view, secrets) is a module
+approvals, artifacts, spend, events, the sweeper's view, secrets, retention) is a module
 of this package; ``Store`` is their sum, so a caller holds one object.
 """
 
@@ -13,6 +13,7 @@ from agentfleet.store.approvals import Approvals
 from agentfleet.store.artifacts import Artifacts
 from agentfleet.store.events import Events
 from agentfleet.store.outbox import Outbox
+from agentfleet.store.retention import Retention
 from agentfleet.store.runs import Runs
 from agentfleet.store.secrets import Secrets
 from agentfleet.store.spend import Spend
@@ -23,5 +24,6 @@ from agentfleet.store.transcript import Transcripts
 __all__ = ["Store"]
 
 
-class Store(Runs, Steps, Transcripts, Outbox, Approvals, Artifacts, Spend, Sweeping, Events, Secrets):
+class Store(Runs, Steps, Transcripts, Outbox, Approvals, Artifacts, Spend, Sweeping, Events, Secrets,
+            Retention):
     """Every kind of record, on one engine (``StoreBase`` holds the engine, the hooks and the transactions)."""

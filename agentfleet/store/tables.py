@@ -32,6 +32,7 @@ Ts = DateTime(timezone=True)
 # In the order migration 0013 wrote it.
 ENDED = (RunState.SUCCEEDED, RunState.FAILED, RunState.CANCELLED)
 LIVE_SQL = text("state NOT IN ({})".format(", ".join(f"'{state.value}'" for state in ENDED)))
+ENDED_SQL = text("state IN ({})".format(", ".join(f"'{state.value}'" for state in ENDED)))  # migration 0014
 if set(ENDED) != TERMINAL:
     raise RuntimeError("tables.ENDED must name every terminal state (and migration 0013's index with it)")
 
@@ -72,6 +73,8 @@ runs = Table(
     Index("ix_runs_trace", "trace_id"),
     # Live runs only (migration 0013): what the sweeper scans, whatever the number of ended runs.
     Index("ix_runs_live", "updated_at", "run_id", postgresql_where=LIVE_SQL, sqlite_where=LIVE_SQL),
+    # Ended runs only (migration 0014): what retention scans for runs past their keeping time.
+    Index("ix_runs_ended", "updated_at", "run_id", postgresql_where=ENDED_SQL, sqlite_where=ENDED_SQL),
 )
 
 # One row per step attempt-set: intent (status started) before side effects, outcome after.
@@ -131,6 +134,8 @@ processed_events = Table(
     Column("run_id", String(64)),  # the run the event belongs to: the sweeper re-drives from here
     PrimaryKeyConstraint("event_id", "consumer", name="pk_processed_events"),
     Index("ix_processed_events_run", "run_id"),
+    Index("ix_processed_events_unowned", "processed_at", postgresql_where=text("run_id IS NULL"),
+          sqlite_where=text("run_id IS NULL")),
 )
 
 # Who asked for a run's Result (every copy of the goal with a reply_to).
@@ -159,6 +164,7 @@ tool_health_events = Table(
     Column("by", String(255), nullable=False),
     Column("occurred_at", Ts, nullable=False),
     Index("ix_tool_health_events_tool", "tool", "occurred_at"),
+    Index("ix_tool_health_events_at", "occurred_at"),
 )
 
 # Tool calls parked for a person's answer. The id is the tool step's idempotency key: one request
@@ -248,6 +254,7 @@ run_artifacts = Table(
     Column("size", BigInteger, nullable=False),
     Column("created_at", Ts, nullable=False),
     PrimaryKeyConstraint("run_id", "ref", "call_id"),
+    Index("ix_run_artifacts_ref", "ref"),  # is an artifact still linked to any run (retention)
 )
 
 # Domain events (events/domain.py) as recorded by the observer: what, from where (a run's step, or outside).
@@ -263,6 +270,7 @@ domain_events = Table(
     Column("trace_id", String(64), nullable=False),
     Column("recorded_at", Ts, nullable=False),
     Index("ix_domain_events_name", "name", "recorded_at"),
+    Index("ix_domain_events_run", "run_id"),
 )
 
 # Secrets the fleet's processes share and nothing else reads: the key that seals what the fleet writes to Redis

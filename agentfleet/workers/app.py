@@ -24,6 +24,7 @@ from agentfleet.workers.bootsteps import (
     InboxConsumer,
     MetricsServer,
     Preflight,
+    RetentionTimer,
     SweepTimer,
 )
 from agentfleet.workers.event_task import register_tasks
@@ -122,6 +123,7 @@ def create_app(settings: Settings | None = None) -> Celery:
     app.steps["worker"].add(SweepTimer)
     app.steps["worker"].add(HealthTimer)
     app.steps["worker"].add(ApprovalTimer)
+    app.steps["worker"].add(RetentionTimer)
     app.steps["consumer"].add(InboxConsumer)
     return app
 

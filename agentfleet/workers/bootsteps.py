@@ -14,7 +14,7 @@ from agentfleet import constants as C
 from agentfleet.events.publisher import queue_depths
 from agentfleet.fleet.health_cache import CheckPlan, plan_checks
 from agentfleet.hooks.metrics import PrometheusHook
-from agentfleet.roles import approvals
+from agentfleet.roles import approvals, retention
 from agentfleet.roles.runtime import PREFLIGHT_DONE_KEY, Runtime, runtime_for, settings_of
 from agentfleet.roles.sweeper import sweep
 from agentfleet.workers.inbox import Inbox
@@ -127,6 +127,24 @@ class SweepTimer(_Timer):
     def tick(self, rt: Runtime) -> None:
         for f in sweep(rt) or []:
             log.info("sweeper: %s %s", f.action, f.reason, extra={"run_id": f.run_id, "quiet_s": f.quiet_s})
+
+
+class RetentionTimer(_Timer):
+    """Observer workers delete ended runs past their keeping time (``roles.retention``) every
+    ``retention_interval_s``, when a keeping time is set; one pass at a time fleet-wide."""
+
+    role = C.OBSERVER
+    name_of_thread = "agentfleet-retention"
+
+    def interval(self, rt: Runtime) -> float:
+        return rt.settings.retention_interval_s
+
+    def tick(self, rt: Runtime) -> None:
+        report = retention.apply_policy(rt.store, rt.settings.retention_days, rt.agents.all())
+        if report is not None and (report.runs or any(report.rows.values())):
+            log.info("retention: deleted %d ended run(s) in %.1f s", report.runs, report.seconds,
+                     extra={"rows": report.rows, "bytes_before": report.bytes_before,
+                            "bytes_after": report.bytes_after})
 
 
 class ApprovalTimer(_Timer):
