@@ -87,5 +87,19 @@ def queue_name(namespace: str, suffix: str) -> str:
     return f"{namespace}.{suffix}"
 
 
+# Dedicated tool queues (``@tool(queue="gpu")``): the calls of such a tool are published under
+# ``tool.requested.<queue>`` to ``<ns>.executor.<queue>``, which only executors started with ``--queues <queue>``
+# consume. ``default`` names the executor role's own queue in ``--queues``.
+DEFAULT_TOOL_QUEUE: Final = "default"
+
+
+def tool_queue_name(namespace: str, queue: str) -> str:
+    return f"{namespace}.{EXECUTOR}.{queue}"
+
+
+def tool_routing_key(queue: str) -> str:
+    return f"tool.requested.{queue}"
+
+
 def redis_key(namespace: str, kind: str, *parts: str) -> str:
     return ":".join((namespace, kind, *parts))

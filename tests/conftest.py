@@ -103,8 +103,11 @@ def namespace() -> Iterator[str]:
 
     ns = f"aftest-{uuid.uuid4().hex[:8]}"
     yield ns
-    with Connection(BROKER_URL) as conn:
-        Topology(ns).delete(conn)
+    from agentfleet.agents.registry import fleet_agents
+    from agentfleet.config.settings import get_settings
+
+    with Connection(BROKER_URL) as conn:  # the test agents' dedicated tool queues too
+        Topology(ns, tool_queues=fleet_agents(get_settings()).tool_queues()).delete(conn)
     if _reachable(*SERVICES["redis"]):  # the namespace's health entries, breakers, cache and locks
         import redis
 

@@ -263,6 +263,10 @@ class AgentRegistry:
     def __contains__(self, name: object) -> bool:
         return name in self._agents
 
+    def tool_queues(self) -> tuple[str, ...]:
+        """The dedicated queues the agents' tools name (``@tool(queue=...)``), in name order."""
+        return tuple(sorted({t.queue for a in self.all() for t in a.tools.values() if t.queue}))
+
     def triggered_by(self, event: str) -> list[tuple[Agent, Trigger]]:
         """The agents a domain event starts, each with its trigger, in name order."""
         return [(a, t) for a in self.all() for t in a.triggers if t.event == event]

@@ -34,7 +34,9 @@ def namespace_delete(
         settings = Settings(namespace=namespace)
     except ValidationError as exc:
         raise typer.BadParameter(exc.errors()[0]["msg"], param_hint="NAMESPACE") from None
-    topology = Topology(namespace)
+    from agentfleet.cli.workers import _declared_tool_queues
+
+    topology = Topology(namespace, tool_queues=_declared_tool_queues())  # those the agents here name
     names = [q.name for q in topology.all_queues()] + [e.name for e in
                                                        (*topology.all_exchanges(), *topology.celery_exchanges())]
     if not yes:

@@ -28,6 +28,9 @@ def worker(
     hostname: Annotated[str | None, typer.Option(help="Celery node name (default role.pid@host)")] = None,
     metrics_port: Annotated[int | None, typer.Option(
         help="Serve Prometheus metrics on this port (0: any free port; default AGENTFLEET_METRICS_PORT)")] = None,
+    queues: Annotated[str | None, typer.Option(
+        "--queues", help="Executors: the dedicated tool queues to consume instead of the role's own, comma-separated "
+                         "(gpu: tools declared with queue='gpu'; default: the executor queue)")] = None,
 ) -> None:
     """Start one role's Celery worker against the distributed fleet."""
     from agentfleet.workers.roles import ROLES, pool_implementation, worker_argv
@@ -57,10 +60,41 @@ def worker(
     celery_app = create_app(settings)
     celery_app.conf[PREFLIGHT_DONE_KEY] = True
     celery_app.conf.worker_pool = pool_implementation(chosen_pool)
+    consumed = _queues(celery_app, settings.namespace, role, queues)
     argv = worker_argv(ROLES[role], settings.namespace, concurrency=concurrency, autoscale=autoscale,
                        loglevel=loglevel or settings.log_level,
-                       hostname=hostname or f"{role}.{os.getpid()}@%h")
+                       hostname=hostname or f"{role}.{os.getpid()}@%h", queues=consumed)
     celery_app.worker_main(argv)
+
+
+def _queues(celery_app: Any, namespace: str, role: str, given: str | None) -> list[str] | None:
+    """The full names of the queues ``--queues`` asks for (None: the role's own)."""
+    if given is None:
+        return None
+    if role != C.EXECUTOR:
+        raise typer.BadParameter("only executors consume dedicated tool queues", param_hint="--queues")
+    from agentfleet.tools.options import TOOL_QUEUE_NAME
+    from agentfleet.workers.app import add_tool_queues
+    from agentfleet.workers.roles import ROLES
+
+    names = [n.strip() for n in given.split(",") if n.strip()]
+    bad = [n for n in names if n != C.DEFAULT_TOOL_QUEUE and not TOOL_QUEUE_NAME.fullmatch(n)]
+    if not names or bad:
+        raise typer.BadParameter(f"queue names are lowercase letters, digits, '_' or '-' ({', '.join(bad) or 'none'})",
+                                 param_hint="--queues")
+    dedicated = [n for n in names if n != C.DEFAULT_TOOL_QUEUE]
+    own = [ROLES[role].queue(namespace)] if C.DEFAULT_TOOL_QUEUE in names else []
+    return own + add_tool_queues(celery_app, namespace, dedicated)
+
+
+def _declared_tool_queues() -> tuple[str, ...]:
+    """The dedicated queues the configured agents' tools name, when their code is here (it need not be)."""
+    try:
+        from agentfleet.agents.registry import fleet_agents
+
+        return fleet_agents(get_settings()).tool_queues()
+    except Exception:
+        return ()
 
 
 def _control_plane() -> tuple[Any, Any]:
@@ -83,13 +117,15 @@ def workers(
     import dataclasses
 
     from agentfleet.events.publisher import queue_depths
-    from agentfleet.ops.control import live_workers
+    from agentfleet.ops.control import live_workers, tool_queues_view
 
     celery_app, topology = _control_plane()
     found = live_workers(celery_app, topology, timeout)
     depths = queue_depths(celery_app, topology)
+    dedicated = tool_queues_view(celery_app, topology, found, _declared_tool_queues())
     if as_json:
-        print(json.dumps({"workers": [dataclasses.asdict(w) for w in found], "queue_depths": depths}))
+        print(json.dumps({"workers": [dataclasses.asdict(w) for w in found], "queue_depths": depths,
+                          "tool_queues": dedicated}))
         return
     for role in C.ROLES:
         mine = [w for w in found if role in w.roles]
@@ -97,8 +133,14 @@ def workers(
                   f"{depths.get(role, '?')}", soft_wrap=True, highlight=False)
         for w in mine:
             scaling = f" autoscale {w.autoscale['min']}..{w.autoscale['max']}" if w.autoscale else ""
-            out.print(f"  {w.name}  pool={w.pool} size={w.size}{scaling} active={w.active}", soft_wrap=True,
+            queues = f" queues={','.join(w.tool_queues)}" if w.tool_queues else ""
+            out.print(f"  {w.name}  pool={w.pool} size={w.size}{scaling} active={w.active}{queues}", soft_wrap=True,
                       markup=False, highlight=False)
+        if role == C.EXECUTOR:
+            for name, seen in dedicated.items():
+                warn = "  NO CONSUMER: its calls are refused TOOL_UNAVAILABLE" if not seen["consumers"] else ""
+                out.print(f"  tool queue {name}: {seen['consumers']} consumer(s), depth {seen['ready']}{warn}",
+                          soft_wrap=True, markup=False, highlight=False)
 
 
 @app.command()

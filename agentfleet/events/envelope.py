@@ -124,6 +124,7 @@ class ToolRequested(_Payload):
     idempotency_key: str
     approval_id: str | None = None  # sent again once a person answered: the answer decides, not the policy
     deadline_at: float | None = None  # the run's deadline (epoch seconds): the call stops there, like a cancel
+    queue: str | None = None  # the tool's dedicated queue (``@tool(queue=...)``), which the call is published to
 
 
 class ToolFinished(_Payload):

@@ -7,10 +7,12 @@ plain JSON for any language.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import socket
+import time
 import uuid
 import weakref
 from collections.abc import Iterable, Mapping
@@ -31,6 +33,7 @@ from agentfleet.redaction import redact
 log = logging.getLogger(__name__)
 
 PERSISTENT = 2
+CONSUMERS_VIEW_S = 2.0  # how long a planner trusts the broker's count of a dedicated tool queue's consumers
 RETRY_POLICY = {"max_retries": 5, "interval_start": 0.1, "interval_step": 0.5, "interval_max": 2.0}
 
 
@@ -41,6 +44,7 @@ class Publisher:
         # Publisher confirms are a transport option (the in-memory transport of embedded mode has none).
         self.confirms = bool((app.conf.broker_transport_options or {}).get("confirm_publish"))
         self.origin = f"{socket.gethostname()}:{os.getpid()}"  # the sender Flower shows (send_task's anon_nodename)
+        self._consumers: dict[str, tuple[float, bool]] = {}  # tool queue -> (when asked, consumed)
 
     def publish(self, envelopes: Iterable[Envelope]) -> None:
         """Send internal events as Celery task messages on one pooled producer; every one is confirmed by the
@@ -69,7 +73,8 @@ class Publisher:
                 root_id=root_id or env.event_id, parent_id=parent.request.id if parent else None,
                 ignore_result=True, origin=self.origin,
             )
-            messages.append((task.body, dict(exchange=self.topology.events.name, routing_key=name,
+            routing_key = self.topology.routing_key(name, env.payload)
+            messages.append((task.body, dict(exchange=self.topology.events.name, routing_key=routing_key,
                                              headers=task.headers, serializer="json", delivery_mode=PERSISTENT,
                                              **task.properties)))
         with self.app.producer_or_acquire() as producer, producer.connection._reraise_as_library_errors():
@@ -78,6 +83,22 @@ class Publisher:
                     producer.publish(body, retry=True, retry_policy=RETRY_POLICY, **options)
             else:  # a lost connection sends the whole batch again: consumers dedupe on the event id
                 producer.connection.ensure(producer, _confirmed_batch, **RETRY_POLICY)(producer, messages)
+
+    def idle_tool_queues(self, names: Iterable[str]) -> set[str]:
+        """Those of these dedicated tool queues no executor consumes now, asked of the broker at most once per
+        ``CONSUMERS_VIEW_S`` each. A queue the broker gives no answer about counts as consumed (a call sent to it
+        then waits for its run's deadline, as a call in any queue does); so does every queue of the embedded
+        fleet, whose one executor consumes them all."""
+        wanted = sorted(set(names))
+        if not wanted or str(self.app.conf.broker_url or "").startswith("memory://"):
+            return set()
+        now = time.monotonic()
+        stale = [q for q in wanted if now - self._consumers.get(q, (-CONSUMERS_VIEW_S, True))[0] >= CONSUMERS_VIEW_S]
+        if stale:
+            counted = tool_queue_status(self.app, self.topology, stale)
+            for q in stale:
+                self._consumers[q] = (now, counted[q][1] > 0 if q in counted else True)
+        return {q for q in wanted if not self._consumers[q][1]}
 
     def publish_json(
         self,
@@ -219,6 +240,28 @@ def client_headers(headers: Mapping[str, Any] | None) -> dict[str, Any]:
         if isinstance(value, str | int | float | bool) and not (isinstance(value, str) and len(value) > 1000):
             kept[key] = value
     return kept
+
+
+def tool_queue_status(app: Celery, topology: Topology, names: Iterable[str]) -> dict[str, tuple[int, int]]:
+    """Each dedicated tool queue's ready messages and consumers, as the broker counts them (a queue it does not
+    have: none of either); all are left out when the broker cannot be asked."""
+    found: dict[str, tuple[int, int]] = {}
+    try:
+        with app.connection_for_write() as conn:
+            conn.ensure_connection(max_retries=1)
+            for name in names:
+                channel = conn.channel()
+                try:
+                    ok = topology.tool_queue(name).bind(channel).queue_declare(passive=True)
+                    found[name] = (ok.message_count, ok.consumer_count)
+                except Exception:  # NOT_FOUND (it closes the channel; the next queue gets one of its own)
+                    found[name] = (0, 0)  # nothing consumes a queue that is not there: a call sent to it is lost
+                finally:
+                    with contextlib.suppress(Exception):
+                        channel.close()
+    except Exception as exc:
+        log.warning("tool queue consumers unknown: %s", exc)
+    return found
 
 
 def queue_depths(app: Celery, topology: Topology) -> dict[str, int]:

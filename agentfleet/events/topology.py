@@ -42,6 +42,9 @@ def consumed_by(role: str) -> list[EventType]:
 @dataclass(frozen=True)
 class Topology:
     namespace: str = C.DEFAULT_NAMESPACE
+    # Dedicated tool queues the loaded agents' tools name (``@tool(queue=...)``): declared with the rest, so a call
+    # published to one is kept until an executor started with ``--queues <name>`` takes it.
+    tool_queues: tuple[str, ...] = ()
 
     def name(self, suffix: str) -> str:
         return C.exchange_name(self.namespace, suffix)
@@ -108,8 +111,22 @@ class Topology:
     def queue_for(self, event_type: EventType) -> Queue:
         return self.role_queues[CONSUMERS[event_type]]
 
+    def tool_queue(self, name: str) -> Queue:
+        """``<ns>.executor.<name>``: the calls of tools declared with ``queue=name``, and nothing else."""
+        return Queue(C.tool_queue_name(self.namespace, name),
+                     [binding(self.events, routing_key=C.tool_routing_key(name))],
+                     durable=True, queue_arguments=self._dead_lettered)
+
+    def routing_key(self, event_type: str, payload: dict[str, object]) -> str:
+        """An internal event's routing key: its type, which its role's queue binds exactly; a call of a tool with
+        a dedicated queue goes under ``tool.requested.<queue>``, which only that queue binds."""
+        if event_type == EventType.TOOL_REQUESTED and (queue := payload.get("queue")):
+            return C.tool_routing_key(str(queue))
+        return event_type
+
     def all_queues(self) -> list[Queue]:
-        return [*self.role_queues.values(), self.inbox_queue, self.unroutable_queue, self.dead_queue]
+        return [*self.role_queues.values(), *(self.tool_queue(q) for q in self.tool_queues), self.inbox_queue,
+                self.unroutable_queue, self.dead_queue]
 
     def all_exchanges(self) -> list[Exchange]:
         return [self.dead, self.unroutable, self.inbox, self.events, self.public]

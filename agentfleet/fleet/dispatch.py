@@ -10,7 +10,7 @@ call and tells the breaker how it went.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from agentfleet import constants as C
@@ -59,7 +59,7 @@ class ToolDispatch:
         facts = {t: (HealthEntry.loads(opened[i]), BreakerEntry.loads(opened[n + i])) for i, t in enumerate(names)}
         return facts, raw[2 * n:]
 
-    def offer(self, tools: Sequence[Tool]) -> Offer:
+    def offer(self, tools: Sequence[Tool], elsewhere: Mapping[str, str] | None = None) -> Offer:
         """The tools to offer the model now (fallbacks in place of down tools) and what is missing.
 
         Good news is reused for ``gate_view_s``: while every tool is available and every breaker
@@ -67,13 +67,19 @@ class ToolDispatch:
         (a round trip each, measured at 0.3 ms on a busy 2-core machine). Bad news is read again
         every time, so a recovered tool is offered at its next iteration; a tool that goes down
         within the window is refused by the executor, which always reads fresh.
+
+        ``elsewhere``: tools unavailable for a reason outside Redis (their dedicated queue has no consumer), with
+        it; such a view is never reused.
         """
         names = tuple(t.name for t in tools)
         now = self._clock()
         seen = self._good_offers.get(names)
-        if seen is not None and now - seen[0] < self.settings.gate_view_s:
+        if not elsewhere and seen is not None and now - seen[0] < self.settings.gate_view_s:
             return seen[1]
         availability = self.availability(names)
+        for name, why in (elsewhere or {}).items():
+            if name in availability:
+                availability[name] = Availability(False, why)
         made = offer([(t.name, t.fallback) for t in tools], availability)
         if all(a.available and a.breaker == "closed" for a in availability.values()):
             self._good_offers[names] = (now, made)

@@ -12,6 +12,7 @@ from typing import Any
 
 from celery import Celery
 
+from agentfleet import constants as C
 from agentfleet.errors import AgentfleetError
 from agentfleet.events.topology import Topology
 
@@ -24,6 +25,7 @@ class LiveWorker:
     size: int
     active: int
     autoscale: dict[str, int] | None  # {"max", "min"} when the worker autoscales
+    tool_queues: tuple[str, ...] = ()  # the dedicated tool queues it consumes (``--queues``), by short name
 
 
 @dataclass(frozen=True)
@@ -41,19 +43,35 @@ def live_workers(app: Celery, topology: Topology, timeout_s: float = 2.0) -> lis
     queues: dict[str, Any] = inspect.active_queues() or {}
     active: dict[str, Any] = inspect.active() or {}
     role_of = {q.name: role for role, q in topology.role_queues.items()}
+    dedicated = C.tool_queue_name(topology.namespace, "")
     found = []
     for name, info in sorted(stats.items()):
         pool = info.get("pool") or {}
         scaler = info.get("autoscaler")
+        consumed = [str(q.get("name")) for q in queues.get(name) or []]
+        tool_queues = tuple(sorted(q[len(dedicated):] for q in consumed if q.startswith(dedicated)))
+        roles = {role_of[q] for q in consumed if q in role_of} | ({C.EXECUTOR} if tool_queues else set())
         found.append(LiveWorker(
             name=name,
-            roles=tuple(sorted(role_of[q["name"]] for q in queues.get(name) or [] if q.get("name") in role_of)),
+            roles=tuple(sorted(roles)),
+            tool_queues=tool_queues,
             pool=str(pool.get("implementation", "?")).rsplit(":", 1)[-1].rsplit(".", 1)[-1],
             size=int(pool.get("max-concurrency") or 0),
             active=len(active.get(name) or []),
             autoscale={"max": int(scaler["max"]), "min": int(scaler["min"])} if scaler else None,
         ))
     return found
+
+
+def tool_queues_view(app: Celery, topology: Topology, workers: list[LiveWorker], declared: tuple[str, ...] = ()
+                     ) -> dict[str, dict[str, int]]:
+    """Each dedicated tool queue the live workers consume or the loaded agents name: ready messages, consumers.
+    One with calls waiting and no consumer is what an operator looks for: those calls end at their deadline."""
+    from agentfleet.events.publisher import tool_queue_status
+
+    names = sorted({q for w in workers for q in w.tool_queues} | set(declared))
+    status = tool_queue_status(app, topology, names)
+    return {n: {"ready": status[n][0], "consumers": status[n][1]} for n in names if n in status}
 
 
 def spread(total: int, count: int) -> list[int]:

@@ -143,6 +143,10 @@ def _attempt(step: Step, req: ToolRequested, attempt: int, arguments: dict[str, 
         offered = sorted(agent.tools) if agent else []
         return ToolResult.failure(ErrorCode.UNKNOWN_TOOL, f"no tool named {req.call.name!r}",
                                   f"Use one of: {', '.join(offered) or '(none)'}."), False, []
+    if tool.queue is not None and req.queue != tool.queue:  # the planner found nothing consuming its queue
+        return ToolResult.failure(ErrorCode.TOOL_UNAVAILABLE, f"{tool.name} runs only on executors consuming queue "
+                                  f"{tool.queue!r}, and none did when it was called",
+                                  "Do without this tool for now, or try it again later."), False, []
     if attempt > settings.max_step_attempts:
         step.rt.publisher.dead_letter_event(step.env, reason=f"{tool.name} crashed its worker {attempt - 1} times",
                                             error_code=ErrorCode.POISON_MESSAGE)

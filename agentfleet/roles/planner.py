@@ -157,7 +157,7 @@ def _plan(step: Step, agent: Agent, iteration: int, new_messages: list[Message],
         if not held:
             raise InFlight(f"plan step {key} is being planned elsewhere")
         # Asked before the run's row is held: a Redis that answers slowly must not keep a cancel waiting.
-        offer = step.rt.dispatch.offer(list(agent.tools.values()))
+        offer = step.rt.dispatch.offer(list(agent.tools.values()), _unconsumed(step, agent))
         with store.tx() as conn:
             found = store.get_run(run_id, conn, lock=True)
             run = arrive(conn, found) if found is not None else None
@@ -398,6 +398,24 @@ def _plan_summary(turn: ModelTurn) -> dict[str, object]:
             "usage": turn.usage.model_dump()}
 
 
+def _unconsumed(step: Step, agent: Agent) -> dict[str, str]:
+    """The agent's tools whose dedicated queue no executor consumes now, with why (the model is told)."""
+    queues = {t.queue for t in agent.tools.values() if t.queue}
+    if not queues:
+        return {}
+    idle = step.rt.publisher.idle_tool_queues(queues)
+    return {t.name: f"no executor consumes its queue {t.queue!r}" for t in agent.tools.values() if t.queue in idle}
+
+
+def _queue_of(step: Step, agent: Agent | None, name: str) -> str | None:
+    """Where a call goes: its tool's dedicated queue while an executor consumes it; else (None) the executors'
+    own queue, which answers it TOOL_UNAVAILABLE at once instead of leaving it where nothing takes it."""
+    tool = agent.tool(name) if agent is not None else None
+    if tool is None or tool.queue is None:
+        return None
+    return None if tool.queue in step.rt.publisher.idle_tool_queues([tool.queue]) else tool.queue
+
+
 def _dispatch(step: Step, run: RunRecord, new_messages: list[Message], iteration: int, planned: Planned,
               decision: Dispatch) -> list[Envelope]:
     store = step.rt.store
@@ -409,7 +427,7 @@ def _dispatch(step: Step, run: RunRecord, new_messages: list[Message], iteration
             EventType.TOOL_REQUESTED,
             ToolRequested(agent=run.agent, iteration=iteration, call=call, sibling_call_ids=call_ids,
                           idempotency_key=idempotency_key(run.run_id, iteration, "tool", call.id),
-                          deadline_at=run.deadline_at().timestamp()),
+                          deadline_at=run.deadline_at().timestamp(), queue=_queue_of(step, agent, call.name)),
             key=(iteration, call.id),
         )
         for call in decision.calls if call not in handed

@@ -63,7 +63,8 @@ def runtime_for(app: Celery) -> Runtime:
             settings = settings_of(app)
             settings.workspace.mkdir(parents=True, exist_ok=True)  # the default is a folder of its own
             install_for(settings)  # what this process logs, publishes publicly and shows is masked from now on
-            topology = Topology(settings.namespace)
+            agents = fleet_agents(settings, wrap=_rate_limit(settings))
+            topology = Topology(settings.namespace, tool_queues=agents.tool_queues())
             publisher = Publisher(app, topology)
             hooks = build_hooks(settings)
             store = Store(make_engine(settings.effective_database_url), hooks=hooks, audit=settings.audit)
@@ -73,7 +74,7 @@ def runtime_for(app: Celery) -> Runtime:
                 topology=topology,
                 store=store,
                 publisher=publisher,
-                agents=fleet_agents(settings, wrap=_rate_limit(settings)),
+                agents=agents,
                 redis=redis,
                 dispatch=ToolDispatch(redis, settings, by=f"{socket.gethostname()}:{os.getpid()}",
                                       report=announcer(publisher)),

@@ -7,17 +7,20 @@ declaration path is a configuration error naming the known ones, never silently 
 
 from __future__ import annotations
 
+import re
 import string
 from collections.abc import Mapping
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from agentfleet.constants import DEFAULT_TOOL_QUEUE
 from agentfleet.errors import ConfigurationError
 from agentfleet.tools.health import TIERS, Tier
 from agentfleet.tools.policy import RequiresApproval
 
 DEFAULT_TOOL_RESPONSE_LIMIT = 32_000  # characters of JSON handed back to the model
+TOOL_QUEUE_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,39}")
 
 
 LargeOutput = Literal["refuse", "artifact"]
@@ -32,7 +35,9 @@ class ToolOptions(BaseModel):
     (``"ticket:{ticket_id}"``). ``requires_approval`` (True, or a function of the arguments returning whether to
     ask) parks each call until a person approves or denies it; an unanswered request is denied after
     ``approval_expires_s``. ``large_output="artifact"`` keeps a result over ``response_limit`` as an artifact and
-    shows the model its head (``"refuse"``: RESPONSE_TOO_LARGE)."""
+    shows the model its head (``"refuse"``: RESPONSE_TOO_LARGE). ``queue`` sends its calls to the executors that
+    consume that queue only (``agentfleet worker executor --queues gpu``); while none does, the tool is not
+    offered."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
 
@@ -48,6 +53,7 @@ class ToolOptions(BaseModel):
     requires_approval: RequiresApproval = False  # True, or a function of the arguments
     approval_expires_s: float | None = None  # an unanswered request is denied after this (None: never)
     large_output: LargeOutput = "refuse"  # over response_limit: refused, or kept as an artifact the model can read
+    queue: str | None = None  # its calls go to <ns>.executor.<queue>, for executors started with --queues <queue>
 
     @classmethod
     def names(cls) -> tuple[str, ...]:
@@ -97,6 +103,10 @@ class ToolOptions(BaseModel):
             raise ConfigurationError(f"tool {name!r} cannot be its own fallback")
         if self.response_limit < 1:
             raise ConfigurationError(f"tool {name!r}: response_limit must be positive")
+        if self.queue is not None and (not TOOL_QUEUE_NAME.fullmatch(self.queue) or self.queue == DEFAULT_TOOL_QUEUE):
+            raise ConfigurationError(f"tool {name!r}: queue {self.queue!r} must be 1-40 lowercase letters, digits, "
+                                     "'_' or '-', starting with a letter or digit, not 'default' (it becomes "
+                                     "<ns>.executor.<queue>)")
 
     def check_lock(self, name: str, params: set[str]) -> None:
         """A lock names plain arguments only: no attribute or index access, nothing the model does not send."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from typing import Any
 
 from celery import Celery
@@ -126,6 +127,14 @@ def create_app(settings: Settings | None = None) -> Celery:
     app.steps["worker"].add(RetentionTimer)
     app.steps["consumer"].add(InboxConsumer)
     return app
+
+
+def add_tool_queues(app: Celery, namespace: str, names: Iterable[str]) -> list[str]:
+    """Let this app's worker consume these dedicated tool queues (``@tool(queue=...)``); their full names. The
+    Celery app knows only the role queues until told: no agent code is needed to start a worker."""
+    queues = [Topology(namespace).tool_queue(n) for n in names]
+    app.conf.task_queues = [*app.conf.task_queues, *queues]
+    return [q.name for q in queues]
 
 
 @setup_logging.connect

@@ -25,7 +25,7 @@ from agentfleet.roles.admission import admit, check_conflict, goal_event
 from agentfleet.roles.runtime import PREFLIGHT_DONE_KEY, Runtime, runtime_for, share_runtime
 from agentfleet.store import db
 from agentfleet.store.repository import Store
-from agentfleet.workers.app import create_app
+from agentfleet.workers.app import add_tool_queues, create_app
 from agentfleet.workers.pool import ResizableThreadPool
 from agentfleet.workers.roles import ROLES
 
@@ -96,7 +96,9 @@ class InProcessFleet:
             worker = _ReadyWorker(
                 app=role_app,
                 hostname=f"{role.name}@embedded",
-                queues=[role.queue(self.settings.namespace)],
+                queues=[role.queue(self.settings.namespace), *(add_tool_queues(
+                    role_app, self.settings.namespace, self.runtime.topology.tool_queues)
+                    if role.name == C.EXECUTOR else [])],  # one machine: its executor takes every tool's calls
                 pool_cls=ResizableThreadPool if role.name == C.EXECUTOR else "solo",
                 concurrency=self.executor_concurrency if role.name == C.EXECUTOR else 1,
                 loglevel=self.settings.log_level,

@@ -40,15 +40,17 @@ def pool_implementation(pool: str) -> str:
 
 
 def worker_argv(role: Role, namespace: str, *, concurrency: int | None, loglevel: str,
-                hostname: str | None = None, autoscale: str | None = None) -> list[str]:
+                hostname: str | None = None, autoscale: str | None = None,
+                queues: list[str] | None = None) -> list[str]:
     """The ``celery worker`` arguments that start one role.
 
+    ``queues``: the full names of the queues it consumes (default: the role's own).
     No ``--pool``: Celery's option accepts only its own pool names, so the pool is the
     app's ``worker_pool`` setting (``pool_implementation``), which Celery uses when none is given.
     """
     return [
         "worker",
-        "--queues", role.queue(namespace),
+        "--queues", ",".join(queues or [role.queue(namespace)]),
         "--hostname", hostname or f"{role.name}@%h",
         *(["--autoscale", autoscale] if autoscale else ["--concurrency", str(concurrency or role.default_concurrency)]),
         "--loglevel", loglevel,

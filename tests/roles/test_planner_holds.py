@@ -29,10 +29,10 @@ def test_a_slow_gate_read_does_not_hold_the_runs_row(fleet: InProcessFleet, monk
     inside, release = threading.Event(), threading.Event()
     original = ToolDispatch.offer
 
-    def slow_offer(self: ToolDispatch, tools: Any) -> Any:  # Redis answering slowly, as under a network fault
+    def slow_offer(self: ToolDispatch, tools: Any, elsewhere: Any = None) -> Any:  # Redis answering slowly
         inside.set()
         release.wait(20)
-        return original(self, tools)
+        return original(self, tools, elsewhere)
 
     monkeypatch.setattr(ToolDispatch, "offer", slow_offer)
     run_id = fleet.submit({"agent": "single", "input": {}})
