@@ -42,6 +42,7 @@ __all__ = [
     "AgentfleetError",
     "AnthropicModel",
     "ApprovalRule",
+    "Client",
     "ContextBudget",
     "ErrorCode",
     "Goal",
@@ -94,7 +95,11 @@ __all__ = [
 
 
 def __getattr__(name: str) -> object:
-    """The SDK-backed models load on first use (see agentfleet.models)."""
+    """The SDK-backed models load on first use (see agentfleet.models), and the client with Celery and kombu."""
+    if name == "Client":
+        from agentfleet.ops.client import Client
+
+        return Client
     if name in ("OpenAIModel", "AnthropicModel"):
         from agentfleet import models
 

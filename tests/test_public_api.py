@@ -16,6 +16,8 @@ PINNED = [
     "ContextBudget",
     # Graphs on the fleet (issue 25).
     "END", "Graph", "START", "append", "maximum", "merge", "minimum", "reducer", "register_graph",
+    # Runs over time (issue 26).
+    "Client",
 ]
 
 

@@ -39,7 +39,8 @@ def test_a_canary_secret_appears_in_no_log_audit_row_public_message_or_flower_ev
         receiver = app.events.Receiver(conn, handlers={"*": events.append})
         watcher = threading.Thread(target=receiver.capture, kwargs={"limit": None, "timeout": None}, daemon=True)
         watcher.start()
-        client.publish_goal(namespace, "goal.leaky", {"agent": "leaky", "input": {"secret": CANARY}})
+        client.publish_goal(namespace, "goal.leaky", {"agent": "leaky", "input": {"secret": CANARY},
+                                                          "progress": True})  # its steps told publicly too
         [reply] = client.replies(1, timeout=60).values()
 
         def settled() -> bool:  # every task received has been reported done
@@ -60,6 +61,7 @@ def test_a_canary_secret_appears_in_no_log_audit_row_public_message_or_flower_ev
         notices.append(body.decode())
     client.close()
     assert any('"run.completed"' in n for n in notices), notices
+    assert any('"step.planned"' in n for n in notices) and any('"tool.finished"' in n for n in notices), notices
     assert not [n for n in notices if CANARY in n]
 
     assert [e for e in events if e.get("type") == "task-received"], "no task events seen"

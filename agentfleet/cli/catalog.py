@@ -141,9 +141,10 @@ def health(as_json: Annotated[bool, typer.Option("--json", help="Print JSON")] =
 
 @app.command()
 def schema() -> None:
-    """Print the public wire contracts (goal, approval answer, Result, public notices) as JSON Schema, for
-    non-Python clients."""
+    """Print the public wire contracts (goal, approval answer, Result, public notices, step notices) as JSON
+    Schema, for non-Python clients."""
     from agentfleet.events.contracts import (
+        STEP_NOTICES,
         ApprovalAnswer,
         ApprovalNotice,
         ApprovalResolve,
@@ -160,4 +161,5 @@ def schema() -> None:
                       "approval.answer": ApprovalAnswer.model_json_schema(),
                       "approval.requested|approval.resolved": ApprovalNotice.model_json_schema(),
                       "tool.health_changed": ToolHealthNotice.model_json_schema(),
-                      "graph.step": GraphStepNotice.model_json_schema()}, indent=2))
+                      "graph.step": GraphStepNotice.model_json_schema(),
+                      **{name: model.model_json_schema() for name, model in STEP_NOTICES.items()}}, indent=2))

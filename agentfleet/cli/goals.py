@@ -271,15 +271,18 @@ def submit(
             client.publish_goal(body)
             print(json.dumps({"run_id": run_id, "goal_id": body["goal_id"]}) if as_json else run_id)
             return
-        progress = None
-        if not as_json:
-            from agentfleet.ops.progress import Progress
+        show = None
+        if not as_json:  # the run's steps as its workers announce them on <ns>.public (the goal asks for them)
+            from agentfleet.ops.progress import notice_line
 
             out.print(f"run {run_id}")
-            progress = Progress(client.rt.store, run_id, out)
-        result = client.submit_and_wait(body, timeout_s=timeout, on_tick=progress.show if progress else None)
-        if progress is not None and result is not None:
-            progress.show()  # the steps that finished since the last look
+
+            def show(notice: dict[str, Any]) -> None:
+                line = notice_line(notice, run_id)
+                if line is not None:
+                    out.print(line, markup=False, highlight=False, soft_wrap=True)
+
+        result = client.submit_and_wait(body, timeout_s=timeout, on_notice=show)
     if result is None:
         _still_running(run_id, timeout, as_json)
     assert result is not None

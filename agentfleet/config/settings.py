@@ -100,6 +100,9 @@ class Settings(BaseSettings):
     # Retention: ended runs are deleted, with their steps, transcript, audit rows, approvals and artifacts no run
     # still links, this many days after they ended (unset: kept for ever; an agent's retention_days overrides it).
     # Observers apply it every retention_interval_s (0: not in this worker), one pass fleet-wide at a time.
+    # Live progress: every run announces its steps on <ns>.public (step.planned, tool.started, tool.finished,
+    # run.waiting), not only those whose goal asked for it ("progress": true). A publish per step and hop.
+    step_events: bool = False
     retention_days: float | None = Field(default=None, gt=0)
     retention_interval_s: float = Field(default=RETENTION_INTERVAL_S, ge=0)
     # Tool timeout tiers; a tool's own timeout_s overrides its tier, and a tool without either gets

@@ -44,6 +44,9 @@ class Goal(BaseModel):
     input: dict[str, Any]
     goal_id: str | None = Field(default=None, min_length=1, max_length=200, pattern=PRINTABLE)
     limits: GoalLimits = Field(default_factory=GoalLimits)
+    progress: bool = Field(default=False, description=(
+        "Announce the run's steps (and its delegated children's) on <ns>.public: step.planned, tool.started, "
+        "tool.finished, run.waiting"))
 
     @field_validator("goal_id")
     @classmethod
@@ -172,6 +175,71 @@ class GraphStepNotice(BaseModel):
     nodes: list[str]
     edges: list[dict[str, Any]] = Field(default_factory=list)
     failed: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class _StepNotice(BaseModel):
+    """What a run whose goal asked for ``progress`` (and each of its delegated children) says of its steps: plain
+    JSON on ``<ns>.public``, routing key = ``type``, secrets masked. Sent once the step it tells of is committed, in
+    the order the steps happen (each is published, confirmed, before the event that starts the next); a step
+    redone after a crash may be told twice, and a notice lost to a broker outage is not sent again: the run's
+    trace (``agentfleet trace``) is the record, this is the view."""
+
+    run_id: str
+    trace_id: str
+    agent: str
+    iteration: int
+    at: datetime
+    parent_run_id: str | None = None
+
+
+class PlannedCall(BaseModel):
+    id: str
+    name: str
+    arguments: dict[str, Any]  # secrets masked
+
+
+class StepPlannedNotice(_StepNotice):
+    """``step.planned``: the model's turn — the calls it made (``final_answer`` among them when it ends the run),
+    the start of what it wrote, and what the turn cost."""
+
+    type: Literal["step.planned"] = "step.planned"
+    calls: list[PlannedCall]
+    text: str | None = None  # its first 500 characters
+    input_tokens: int
+    output_tokens: int
+    duration_ms: float
+
+
+class ToolStartedNotice(_StepNotice):
+    """``tool.started``: an executor is about to run a call (not sent for a result served again)."""
+
+    type: Literal["tool.started"] = "tool.started"
+    call_id: str
+    tool: str
+    worker: str
+
+
+class ToolFinishedNotice(_StepNotice):
+    """``tool.finished``: a call's outcome, with its error code when it failed."""
+
+    type: Literal["tool.finished"] = "tool.finished"
+    call_id: str
+    tool: str
+    ok: bool
+    error_code: str | None = None
+    duration_ms: float | None = None
+
+
+class RunWaitingNotice(_StepNotice):
+    """``run.waiting``: the run waits for a person's answer (``approval``) or for the runs it delegated to."""
+
+    type: Literal["run.waiting"] = "run.waiting"
+    waiting_for: Literal["approval", "children"]
+
+
+StepNotice = StepPlannedNotice | ToolStartedNotice | ToolFinishedNotice | RunWaitingNotice
+STEP_NOTICES: dict[str, type[_StepNotice]] = {"step.planned": StepPlannedNotice, "tool.started": ToolStartedNotice,
+                                              "tool.finished": ToolFinishedNotice, "run.waiting": RunWaitingNotice}
 
 
 class DomainNotice(BaseModel):

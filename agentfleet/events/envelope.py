@@ -114,6 +114,7 @@ class GoalSubmitted(_Payload):
     correlation_id: str | None = None
     parent: ParentCall | None = None  # set for a delegated goal: whose call its Result answers
     cause: dict[str, Any] | None = None  # set for a triggered goal: the domain event that started it
+    progress: bool = False  # announce the run's steps on <ns>.public (the goal asked, or its parent run did)
 
 
 class ToolRequested(_Payload):
@@ -125,6 +126,7 @@ class ToolRequested(_Payload):
     approval_id: str | None = None  # sent again once a person answered: the answer decides, not the policy
     deadline_at: float | None = None  # the run's deadline (epoch seconds): the call stops there, like a cancel
     queue: str | None = None  # the tool's dedicated queue (``@tool(queue=...)``), which the call is published to
+    progress: bool = False  # the run announces its steps: so does the executor, for this call
 
 
 class ToolFinished(_Payload):

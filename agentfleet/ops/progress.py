@@ -59,6 +59,44 @@ def _plan_line(step: dict[str, Any], ms: float) -> str:
     return f"iteration {step['iteration']}: model → {what} ({ms:.0f} ms)"
 
 
+def notice_line(notice: dict[str, Any], root_run_id: str) -> str | None:
+    """A progress line from a notice on ``<ns>.public`` (``submit --wait`` follows these, not the database); a
+    child run's lines name it. None: nothing worth a line."""
+    kind = notice.get("type")
+    who = "" if notice.get("run_id") == root_run_id else f"[{notice.get('agent')} {str(notice.get('run_id'))[:12]}] "
+    if kind == "step.planned":
+        calls = [c.get("name") for c in notice.get("calls") or []]
+        tokens = f"{notice.get('input_tokens', 0)}+{notice.get('output_tokens', 0)} tokens"
+        ms = float(notice.get("duration_ms") or 0)
+        if FINAL_ANSWER_TOOL in calls:
+            what = "final answer"
+        elif not calls:
+            what = "an answer without tool calls"
+        else:
+            what = ", ".join(f"{c.get('name')}({_short(c.get('arguments') or {})})" for c in notice["calls"])
+        return f"{who}iteration {notice.get('iteration')}: model → {what} ({ms:.0f} ms, {tokens})"
+    if kind == "tool.started":
+        return f"  {who}… {notice.get('tool')} started [{notice.get('worker')}]"
+    if kind == "tool.finished":
+        ms = f"{float(notice.get('duration_ms') or 0):.1f} ms"
+        if notice.get("ok"):
+            return f"  {who}✓ {notice.get('tool')} {ms}"
+        return f"  {who}✗ {notice.get('tool')} {notice.get('error_code')} {ms}"
+    if kind == "run.waiting":
+        return f"  {who}⏸ waiting for {'a person' if notice.get('waiting_for') == 'approval' else 'its children'}"
+    if kind == "approval.requested":
+        return (f"  {who}⏸ {notice.get('tool')}({_short(notice.get('arguments') or {})}) waits for a person: "
+                f"{notice.get('reason')} (agentfleet approve {notice.get('run_id')} {notice.get('call_id')})")
+    if kind == "approval.resolved":
+        return f"  {who}{notice.get('decision')} {notice.get('tool')} by {notice.get('by')}"
+    if kind in ("run.completed", "run.failed") and who:
+        code = notice.get("error_code")
+        return f"  {who}ended {notice.get('status')}{f': {code}' if code else ''}"
+    if kind == "graph.step":
+        return f"  {who}graph step {notice.get('step')}: {', '.join(notice.get('nodes') or []) or 'end'}"
+    return None
+
+
 def wait_for_end(store: Store, run_id: str, *, timeout_s: float,
                  on_poll: Callable[[RunRecord | None], None] | None = None) -> RunRecord | None:
     """Poll the run's checkpoint until it ends (its record, Result stored) or ``timeout_s`` passes (None)."""

@@ -41,6 +41,7 @@ from agentfleet.loop.keys import derived_event_id
 from agentfleet.loop.states import RunState, is_terminal
 from agentfleet.loop.transcript import ToolResult
 from agentfleet.redaction import redact
+from agentfleet.roles import step_notices
 from agentfleet.roles.runtime import Runtime
 from agentfleet.roles.step import Step
 from agentfleet.store.records import ApprovalRecord, RunRecord, now
@@ -260,7 +261,8 @@ def wait_if_parked(step: Step, conn: Connection, run: RunRecord, expected: list[
     if agent is not None and not agent.asks_approval and not step.rt.settings.rules:
         return
     if waits_on_people(expected, received, step.rt.store.parked_calls(conn, run.run_id, run.iteration)):
-        step.rt.store.transition(conn, run, RunState.WAITING_APPROVAL)
+        moved = step.rt.store.transition(conn, run, RunState.WAITING_APPROVAL)
+        step_notices.waiting(step, conn, run, "approval", moved)
 
 
 def on_approval_requested(step: Step) -> list[Envelope]:

@@ -40,6 +40,7 @@ from agentfleet.loop.decisions import schema_errors
 from agentfleet.loop.keys import child_goal_id, derived_event_id, idempotency_key, run_id_for
 from agentfleet.loop.states import RunState, is_terminal
 from agentfleet.loop.transcript import ToolCall, ToolResult
+from agentfleet.roles import step_notices
 from agentfleet.roles.approvals import policy_verdict
 from agentfleet.roles.step import Step
 from agentfleet.store.records import RunRecord
@@ -79,7 +80,8 @@ def child_goal(step: Step, parent: RunRecord, iteration: int, call: ToolCall, si
                          input=arguments["input"], limits=budget.model_dump(exclude={"max_repairs"}),
                          parent=ParentCall(run_id=parent.run_id, agent=parent.agent, iteration=iteration,
                                            call_id=call.id, sibling_call_ids=sibling_call_ids,
-                                           ancestors=[*parent.ancestors, parent.run_id]))
+                                           ancestors=[*parent.ancestors, parent.run_id]),
+                         progress=parent.progress)
     return Envelope.new(EventType.GOAL_SUBMITTED, run_id_for(goal.agent, goal.goal_id), goal,
                         trace_id=step.env.trace_id, causation_id=step.env.event_id,
                         event_id=derived_event_id(parent.run_id, "delegation", iteration, call.id))
@@ -189,7 +191,8 @@ def wait_for_children(step: Step, conn: Connection, run: RunRecord, expected: li
         return
     outstanding = set(expected) - set(received)
     if outstanding and outstanding <= step.rt.store.delegated_calls(conn, run.run_id, run.iteration):
-        step.rt.store.transition(conn, run, RunState.WAITING_CHILDREN)
+        moved = step.rt.store.transition(conn, run, RunState.WAITING_CHILDREN)
+        step_notices.waiting(step, conn, run, "children", moved)
 
 
 def on_delegation_started(step: Step) -> list[Envelope]:

@@ -27,7 +27,7 @@ from agentfleet.events.envelope import (
 from agentfleet.hooks.base import UNKNOWN_TOOL, ToolCallInfo
 from agentfleet.loop.recovery import CallResume, resume_call
 from agentfleet.loop.transcript import ToolResult
-from agentfleet.roles import approvals, delegation
+from agentfleet.roles import approvals, delegation, step_notices
 from agentfleet.roles.retry import CommitPending, InFlight, outcome_at_risk
 from agentfleet.roles.step import Step
 from agentfleet.tools.tool import Tool, ToolContext
@@ -74,6 +74,7 @@ def on_tool_requested(step: Step) -> list[Envelope]:
             assert cleared.answer is not None
             result = cleared.answer
         else:
+            step_notices.tool_started(step, req.progress, req.agent, req.iteration, req.call.id, req.call.name)
             result, ran, published = _attempt(step, req, record.attempts, cleared.arguments)
             if cleared.approval is not None:
                 result = result.model_copy(update={"approval": cleared.approval})
@@ -104,6 +105,8 @@ def on_tool_requested(step: Step) -> list[Envelope]:
             raise
         if record.status == "started":  # told once per call: when its result is first committed
             step.rt.hooks.after_tool(_call_info(step, req, record.attempts, ran), result)
+            step_notices.tool_finished(step, req.progress, req.agent, req.iteration, req.call.id, req.call.name,
+                                       result)
         return events
 
 

@@ -58,7 +58,7 @@ from agentfleet.loop.states import RunState, is_terminal
 from agentfleet.loop.transcript import History, Message, ModelTurn, Usage
 from agentfleet.models.base import ModelRequest, estimated_usage
 from agentfleet.models.retrying import RetryPolicy, with_retries
-from agentfleet.roles import delegation
+from agentfleet.roles import delegation, step_notices
 from agentfleet.roles.admission import check_conflict
 from agentfleet.roles.prompt import prompt_for, recorded_summary
 from agentfleet.roles.retry import CommitPending, InFlight, outcome_at_risk
@@ -85,6 +85,7 @@ def on_goal_submitted(step: Step) -> list[Envelope]:
             conn, run_id=step.env.run_id, agent=goal.agent, goal_id=goal.goal_id, trace_id=step.env.trace_id,
             input=goal.input, limits=limits.model_dump(),
             parent=goal.parent.model_dump(mode="json") if goal.parent else None, cause=goal.cause,
+            progress=goal.progress,
         )
         try:  # the one check for every goal from the inbox: this reads the run anyway
             check_conflict(goal.goal_id, goal.input, run)
@@ -216,6 +217,7 @@ def _plan(step: Step, agent: Agent, iteration: int, new_messages: list[Message],
             planned = Planned(turn, round((time.perf_counter() - started) * 1000, 3), prompt.report)
         try:
             events = _decide_and_commit(step, agent, run, new_messages, iteration, planned, seen)
+            step_notices.planned(step, run, iteration, planned.turn, planned.duration_ms)
             if getattr(agent.model, "whole_transcript", False):
                 _graph_step_notice(step, run, planned.turn)
             return events
@@ -427,7 +429,8 @@ def _dispatch(step: Step, run: RunRecord, new_messages: list[Message], iteration
             EventType.TOOL_REQUESTED,
             ToolRequested(agent=run.agent, iteration=iteration, call=call, sibling_call_ids=call_ids,
                           idempotency_key=idempotency_key(run.run_id, iteration, "tool", call.id),
-                          deadline_at=run.deadline_at().timestamp(), queue=_queue_of(step, agent, call.name)),
+                          deadline_at=run.deadline_at().timestamp(), queue=_queue_of(step, agent, call.name),
+                          progress=run.progress),
             key=(iteration, call.id),
         )
         for call in decision.calls if call not in handed
@@ -445,7 +448,8 @@ def _dispatch(step: Step, run: RunRecord, new_messages: list[Message], iteration
             out += more
             started += child
         if handed and started == len(call_ids):  # every call went to a child: nothing runs in a worker
-            store.transition(conn, moved, RunState.WAITING_CHILDREN)
+            waits = store.transition(conn, moved, RunState.WAITING_CHILDREN)
+            step_notices.waiting(step, conn, moved, "children", waits)
         return step.commit(conn, out)
 
     return step.locked_run(_planning(iteration), execute)

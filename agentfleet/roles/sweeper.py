@@ -103,7 +103,8 @@ def _act(rt: Runtime, run: RunRecord, plan: Redrive) -> None:
         if plan.action == Action.REPUBLISH:
             events = [decode(e) for e in plan.events]
         elif plan.action == Action.RESUBMIT:
-            goal = GoalSubmitted(agent=run.agent, goal_id=run.goal_id, input=run.input, limits=run.limits)
+            goal = GoalSubmitted(agent=run.agent, goal_id=run.goal_id, input=run.input, limits=run.limits,
+                                 progress=run.progress)
             events = [Envelope.new(EventType.GOAL_SUBMITTED, run.run_id, goal, trace_id=run.trace_id)]
         elif plan.action == Action.EXPIRE:
             result = result_of(current, status=ResultStatus.FAILED, error_code=ErrorCode.DEADLINE,

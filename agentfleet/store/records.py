@@ -57,6 +57,7 @@ class RunRecord:
     reserved_tokens: int = 0
     reserved_cost_usd: float = 0.0
     reserved_steps: int = 0
+    progress: bool = False  # its steps are announced on <ns>.public (the goal asked, or a parent run did)
 
     @classmethod
     def from_row(cls, row: Any) -> RunRecord:

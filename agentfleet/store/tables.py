@@ -68,6 +68,7 @@ runs = Table(
     Column("parent_run_id", String(64)),
     Column("parent", JSON),
     Column("cause", JSON),  # a triggered run: the domain event that started it {event, event_id}
+    Column("progress", Boolean, nullable=False, default=False, server_default=false()),  # announces its steps
     UniqueConstraint("agent", "goal_id", name="uq_runs_agent_goal"),
     Index("ix_runs_parent", "parent_run_id"),
     Index("ix_runs_trace", "trace_id"),
