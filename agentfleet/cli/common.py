@@ -28,6 +28,8 @@ InputOpt = Annotated[str, typer.Option("--input", "-i", help="Goal input as JSON
 
 
 GoalIdOpt = Annotated[str | None, typer.Option(help="Idempotency key (default: new)")]
+ThreadOpt = Annotated[str | None, typer.Option("--thread", help="Continue this conversation (a thread id: the run "
+                                                                "starts from what its earlier runs left)")]
 
 
 MaxStepsOpt = Annotated[int | None, typer.Option(help="Tighter max_steps for this goal")]
@@ -49,10 +51,13 @@ def _json_arg(raw: str, what: str) -> dict[str, Any]:
     return value
 
 
-def _goal(agent: str, input_json: str, goal_id: str | None, max_steps: int | None) -> dict[str, Any]:
+def _goal(agent: str, input_json: str, goal_id: str | None, max_steps: int | None,
+          thread: str | None = None) -> dict[str, Any]:
     body: dict[str, Any] = {"agent": agent, "input": _json_arg(input_json, "--input")}
     if goal_id:
         body["goal_id"] = goal_id
+    if thread:
+        body["thread_id"] = thread
     if max_steps:
         body["limits"] = {"max_steps": max_steps}
     return body

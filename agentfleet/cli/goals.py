@@ -27,6 +27,7 @@ from agentfleet.cli.common import (
     GoalIdOpt,
     InputOpt,
     MaxStepsOpt,
+    ThreadOpt,
     _exit_for,
     _goal,
     _json_arg,
@@ -43,6 +44,7 @@ def run(
     input_json: InputOpt = "{}",
     goal_id: GoalIdOpt = None,
     max_steps: MaxStepsOpt = None,
+    thread: ThreadOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print only the Result JSON")] = False,
     timeout: Annotated[float, typer.Option(help="Seconds to wait for the result")] = 600.0,
     model: Annotated[str | None, typer.Option(
@@ -56,7 +58,7 @@ def run(
     from agentfleet.models.recording import RecordingModel
     from agentfleet.models.spec import model_from_spec
 
-    body = _goal(agent, input_json, goal_id, max_steps)
+    body = _goal(agent, input_json, goal_id, max_steps, thread)
     recorder: RecordingModel | None = None
 
     def swap(declared: Model) -> Model:
@@ -245,6 +247,7 @@ def submit(
     input_json: InputOpt = "{}",
     goal_id: GoalIdOpt = None,
     max_steps: MaxStepsOpt = None,
+    thread: ThreadOpt = None,
     wait: Annotated[bool, typer.Option("--wait", help="Follow the run to its end")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print only JSON")] = False,
     timeout: Annotated[float, typer.Option(help="Seconds to wait with --wait")] = 600.0,
@@ -257,7 +260,7 @@ def submit(
     from agentfleet.roles.admission import admit
 
     settings = get_settings()
-    body = _goal(agent, input_json, goal_id or str(uuid.uuid4()), max_steps)
+    body = _goal(agent, input_json, goal_id or str(uuid.uuid4()), max_steps, thread)
     with FleetClient(settings) as client:
         if agent in client.rt.agents:
             try:

@@ -44,6 +44,9 @@ class Goal(BaseModel):
     input: dict[str, Any]
     goal_id: str | None = Field(default=None, min_length=1, max_length=200, pattern=PRINTABLE)
     limits: GoalLimits = Field(default_factory=GoalLimits)
+    thread_id: str | None = Field(default=None, min_length=1, max_length=200, pattern=PRINTABLE, description=(
+        "Continue this conversation: the run starts from what the thread's earlier runs left (their goals and "
+        "answers, as much as fits), and waits for the thread's run before it to end"))
     progress: bool = Field(default=False, description=(
         "Announce the run's steps (and its delegated children's) on <ns>.public: step.planned, tool.started, "
         "tool.finished, run.waiting"))

@@ -115,6 +115,7 @@ class GoalSubmitted(_Payload):
     parent: ParentCall | None = None  # set for a delegated goal: whose call its Result answers
     cause: dict[str, Any] | None = None  # set for a triggered goal: the domain event that started it
     progress: bool = False  # announce the run's steps on <ns>.public (the goal asked, or its parent run did)
+    thread_id: str | None = None  # the conversation it continues
 
 
 class ToolRequested(_Payload):
@@ -165,6 +166,7 @@ class RunEnded(_Payload):
 
     result: dict[str, Any]
     redelivery: bool = False  # a later copy of the goal asked for the result again
+    thread_id: str | None = None  # the run's thread: its end gives the thread's next run its turn
 
 
 class ToolHealthChanged(_Payload):

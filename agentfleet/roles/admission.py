@@ -58,7 +58,7 @@ def goal_event(goal: Goal, *, reply_to: str | None = None, correlation_id: str |
     run_id = run_id_for(goal.agent, goal.goal_id)
     payload = GoalSubmitted(agent=goal.agent, goal_id=goal.goal_id, input=goal.input,
                             limits=goal.limits.requested(), reply_to=reply_to, correlation_id=correlation_id,
-                            progress=goal.progress)
+                            progress=goal.progress, thread_id=goal.thread_id)
     # A fresh event id per copy: a second copy is a distinct message (its reply_to counts);
     # the run id, derived from goal_id, is what makes the goal idempotent.
     return Envelope.new(EventType.GOAL_SUBMITTED, run_id, payload, trace_id=trace_id or uuid.uuid4().hex)

@@ -32,7 +32,7 @@ from agentfleet.loop.decisions import fan_in_complete
 from agentfleet.loop.keys import derived_event_id, parent_of, run_id_for
 from agentfleet.loop.states import RunState, is_terminal
 from agentfleet.loop.transcript import ToolResult
-from agentfleet.roles import approvals, delegation
+from agentfleet.roles import approvals, delegation, threads
 from agentfleet.roles.step import Step, end_run, result_of
 from agentfleet.store.records import RunRecord
 
@@ -122,6 +122,8 @@ def on_run_ended(step: Step) -> list[Envelope]:
             events = [*delegation.answer_parent(step, run, result),
                       *(delegation.cancel_children(step, conn, run, why) if may_have_children else []),
                       *(cancel_triggered(step, conn, run, why) if stopped else [])]
+        if ended.thread_id is not None and not ended.redelivery:  # the thread's next run gets its turn
+            events += threads.next_turn(step, conn, ended.thread_id)
         return step.commit(conn, events)
 
 

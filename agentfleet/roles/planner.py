@@ -63,7 +63,7 @@ from agentfleet.roles.admission import check_conflict
 from agentfleet.roles.prompt import prompt_for, recorded_summary
 from agentfleet.roles.retry import CommitPending, InFlight, outcome_at_risk
 from agentfleet.roles.step import Step, end_run, result_of
-from agentfleet.store.records import RunRecord
+from agentfleet.store.records import RunRecord, now
 from agentfleet.store.repository import Store
 
 log = logging.getLogger(__name__)
@@ -85,7 +85,7 @@ def on_goal_submitted(step: Step) -> list[Envelope]:
             conn, run_id=step.env.run_id, agent=goal.agent, goal_id=goal.goal_id, trace_id=step.env.trace_id,
             input=goal.input, limits=limits.model_dump(),
             parent=goal.parent.model_dump(mode="json") if goal.parent else None, cause=goal.cause,
-            progress=goal.progress,
+            progress=goal.progress, thread_id=goal.thread_id,
         )
         try:  # the one check for every goal from the inbox: this reads the run anyway
             check_conflict(goal.goal_id, goal.input, run)
@@ -102,7 +102,16 @@ def on_goal_submitted(step: Step) -> list[Envelope]:
                 events = [step.run_ended(run.run_id, Result.model_validate(run.result), redelivery=True)]
             return step.commit(conn, events)
         if run.state == RunState.PENDING:
-            store.transition(conn, run, RunState.PLANNING)  # we hold the row lock
+            started = {}
+            if run.thread_id is not None:  # one run of a thread at a time: this one waits for those before it
+                run = store.place_on_thread(conn, run)
+                turn = store.thread_turn(conn, run.thread_id)
+                if turn is not None and turn.run_id != run.run_id:
+                    log.info("waiting for its thread's turn", extra={"thread_id": run.thread_id,
+                                                                     "behind": turn.run_id})
+                    return step.commit(conn, [])  # pending: the end of the run before it gives it its turn
+                started = {"started_at": now()}  # its deadline counts from its turn, not from its wait
+            store.transition(conn, run, RunState.PLANNING, **started)  # we hold the row lock
     return _plan(step, agent, 0, [], lambda conn, run: run if _planning(0)(run) else None)
 
 
@@ -190,7 +199,9 @@ def _plan(step: Step, agent: Agent, iteration: int, new_messages: list[Message],
             planned = Planned(ModelTurn.model_validate(step.carried["turn"]), float(step.carried["duration_ms"]),
                               context if isinstance(context, dict) else None)
         else:
-            prompt = prompt_for(agent, run, limits, iteration, seen, _checkpointed_offer(record.input, offer), summary)
+            thread = store.thread_before(run) if run.thread_id else []
+            prompt = prompt_for(agent, run, limits, iteration, seen, _checkpointed_offer(record.input, offer), summary,
+                                thread)
             if isinstance(prompt, Overflow):
                 return _end(step, run, new_messages, iteration, None, ResultStatus.FAILED,
                             ErrorCode.CONTEXT_BUDGET_EXCEEDED, prompt.message)

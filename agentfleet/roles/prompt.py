@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,6 +21,7 @@ from agentfleet.context.budget import CORE, Part
 from agentfleet.context.builder import goal_message, system_prompt
 from agentfleet.context.compaction import latest_turn_at, turn_line, turns_of
 from agentfleet.context.counting import Heuristic, whole
+from agentfleet.context.thread import thread_messages
 from agentfleet.fleet.gate import Offer
 from agentfleet.loop.budgets import Limits, budget_line
 from agentfleet.loop.transcript import History, Message, Usage
@@ -30,6 +32,8 @@ from agentfleet.tools.artifacts import read_artifact
 log = logging.getLogger(__name__)
 # Assemblies after an exact count said the heuristic ran short (each rescales it by what was counted).
 EXACT_RECOUNTS = 2
+# The part of the task's budget a thread's earlier exchanges may take (the goal and the constraints keep the rest).
+THREAD_SHARE = 0.5
 
 
 SUMMARY_INSTRUCTIONS = (
@@ -57,9 +61,12 @@ def recorded_summary(output: object) -> tuple[int, str] | None:
 
 
 def prompt_for(agent: Agent, run: RunRecord, limits: Limits, iteration: int, seen: History,
-               offer: Offer, summary: tuple[int, str] | None = None) -> Prompt | Overflow:
+               offer: Offer, summary: tuple[int, str] | None = None,
+               thread: Sequence[dict[str, Any]] = ()) -> Prompt | Overflow:
     """The turn's messages and tool definitions, or why the run's core context cannot fit. ``summary``: the one
-    the last plan step recorded, which an agent with a ``summary_model`` extends when more turns fold into it."""
+    the last plan step recorded, which an agent with a ``summary_model`` extends when more turns fold into it.
+    ``thread``: what the thread's earlier runs left (``Store.thread_before``), shown before the goal within
+    ``THREAD_SHARE`` of the task's budget."""
     model = agent.model
     if getattr(model, "whole_transcript", False):  # a graph: the record is its position, read whole, never compacted
         return Prompt([Message(role="system", content=system_prompt(agent.instructions)), *seen.messages],
@@ -71,7 +78,10 @@ def prompt_for(agent: Agent, run: RunRecord, limits: Limits, iteration: int, see
     counter = Heuristic()
 
     def build(tools: list[dict[str, Any]], counter: Heuristic) -> Assembled | Overflow:
-        return assemble(instructions=instructions, task=[goal_message(run.input)], constraints=constraints,
+        cap = budgets.caps[Part.TASK]  # the goal and the constraints first: the thread has what they leave
+        room = cap - counter.messages([goal_message(run.input)]) - counter.chars(sum(map(len, constraints)) + 2)
+        earlier = thread_messages(thread, min(cap * THREAD_SHARE, room), counter) if thread else []
+        return assemble(instructions=instructions, task=[*earlier, goal_message(run.input)], constraints=constraints,
                         tools=tools, transcript=seen.messages, budgets=budgets, counter=counter,
                         transcript_chars=seen.chars, summarized=summary)
 

@@ -48,7 +48,9 @@ def assess(rt: Runtime, run: RunRecord, at: datetime, ready: dict[str, int]) -> 
     """How long the run has been quiet and what to do, or None while it shows signs of life or waits its turn."""
     limits = run.limits or {}
     deadline_s = float(limits.get("deadline_s", float("inf")))
-    elapsed_s = (at - run.created_at).total_seconds()
+    elapsed_s = (at - run.began_at).total_seconds()
+    if run.state == RunState.PENDING and run.thread_id and rt.store.waits_for_thread(run):
+        return None  # its thread's run before it is still going: its turn comes with that run's end
     if waiting_in_line(run.state, ready) or waiting_within_deadline(run.state, elapsed_s, deadline_s,
                                                                     rt.settings.stall_after_s):
         return None  # checked first: no query per run while a queue has a backlog, or while it waits
@@ -104,7 +106,7 @@ def _act(rt: Runtime, run: RunRecord, plan: Redrive) -> None:
             events = [decode(e) for e in plan.events]
         elif plan.action == Action.RESUBMIT:
             goal = GoalSubmitted(agent=run.agent, goal_id=run.goal_id, input=run.input, limits=run.limits,
-                                 progress=run.progress)
+                                 progress=run.progress, thread_id=run.thread_id)
             events = [Envelope.new(EventType.GOAL_SUBMITTED, run.run_id, goal, trace_id=run.trace_id)]
         elif plan.action == Action.EXPIRE:
             result = result_of(current, status=ResultStatus.FAILED, error_code=ErrorCode.DEADLINE,
@@ -112,7 +114,7 @@ def _act(rt: Runtime, run: RunRecord, plan: Redrive) -> None:
                                recovery_suggestion=RECOVERY_SUGGESTIONS[ErrorCode.DEADLINE])
             stored = result.model_dump(mode="json")
             if store.transition(conn, current, RunState.FAILED, result=stored, error_code=ErrorCode.DEADLINE):
-                events = [ended_event(run.run_id, run.trace_id, result)]
+                events = [ended_event(run.run_id, run.trace_id, result, thread_id=run.thread_id)]
                 # Stored like any step's outbox, so a lost publish is found and sent by the next sweep.
                 store.mark_processed(conn, f"sweep/{run.run_id}/expire", SWEEPER, [e.wire() for e in events],
                                      run_id=run.run_id)

@@ -58,6 +58,14 @@ class RunRecord:
     reserved_cost_usd: float = 0.0
     reserved_steps: int = 0
     progress: bool = False  # its steps are announced on <ns>.public (the goal asked, or a parent run did)
+    thread_id: str | None = None  # the conversation it continues
+    thread_seq: int | None = None  # its place in that thread
+    started_at: datetime | None = None  # when it got its thread's turn, if it waited for one
+
+    @property
+    def began_at(self) -> datetime:
+        """When its time started: its thread's turn, if it waited for one; else its creation."""
+        return self.started_at or self.created_at
 
     @classmethod
     def from_row(cls, row: Any) -> RunRecord:
@@ -67,8 +75,9 @@ class RunRecord:
     def from_mapping(cls, data: dict[str, Any]) -> RunRecord:
         """A run from its columns by name (a Core row's mapping, or ``store.sql`` values zipped with names)."""
         data["state"] = RunState(data["state"])
-        for key in ("created_at", "updated_at", "redriven_at"):
-            data[key] = as_utc(data[key])
+        for key in ("created_at", "updated_at", "redriven_at", "started_at"):
+            if key in data:
+                data[key] = as_utc(data[key])
         return cls(**data)
 
     @property
@@ -83,11 +92,11 @@ class RunRecord:
                 "cached_input_tokens": self.cached_input_tokens, "unpriced": self.unpriced}
 
     def elapsed_s(self) -> float:
-        return (now() - self.created_at).total_seconds()
+        return (now() - self.began_at).total_seconds()
 
     def deadline_at(self) -> datetime:
         """When the run's wall-time budget ends (a delegated run's limits are already within its ancestors')."""
-        return self.created_at + timedelta(seconds=float(self.limits.get("deadline_s") or DEFAULT_DEADLINE_S))
+        return self.began_at + timedelta(seconds=float(self.limits.get("deadline_s") or DEFAULT_DEADLINE_S))
 
     def past_deadline(self) -> bool:
         return now() >= self.deadline_at()

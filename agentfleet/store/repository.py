@@ -3,7 +3,7 @@
 Handlers pass a connection for writes that must commit together (a step's
 outcome, the run's transition and the events to publish); reads that stand
 alone open their own. Each kind of record (runs, steps, transcript, outbox,
-approvals, artifacts, spend, events, the sweeper's view, secrets, retention) is a module
+approvals, artifacts, spend, events, the sweeper's view, secrets, retention, threads) is a module
 of this package; ``Store`` is their sum, so a caller holds one object.
 """
 
@@ -19,11 +19,12 @@ from agentfleet.store.secrets import Secrets
 from agentfleet.store.spend import Spend
 from agentfleet.store.steps import Steps
 from agentfleet.store.sweeping import Sweeping
+from agentfleet.store.threads import Threads
 from agentfleet.store.transcript import Transcripts
 
 __all__ = ["Store"]
 
 
 class Store(Runs, Steps, Transcripts, Outbox, Approvals, Artifacts, Spend, Sweeping, Events, Secrets,
-            Retention):
+            Retention, Threads):
     """Every kind of record, on one engine (``StoreBase`` holds the engine, the hooks and the transactions)."""

@@ -100,8 +100,9 @@ class Retention(StoreBase):
 
     def delete_history(self, before: datetime, limit: int) -> dict[str, int]:
         """Up to ``limit`` rows each of what belongs to no run and is older than ``before``: tool health changes,
-        dedupe marks of events that named no run, and domain events from outside (their event ids stop deduping:
-        the same message published again after this starts its triggered runs again)."""
+        dedupe marks of events that named no run, domain events from outside (their event ids stop deduping:
+        the same message published again after this starts its triggered runs again), and threads with no run
+        left."""
         counts: dict[str, int] = {}
         with self.tx() as conn:
             for table, keys, old in _history(before):
@@ -134,10 +135,13 @@ def _deleted(conn: Connection, stmt: object) -> int:
 
 
 def _history(before: datetime) -> list[tuple[Table, list[ColumnElement[Any]], list[ColumnElement[bool]]]]:
-    """What belongs to no run, by table: its key columns and what makes a row old (each through an index)."""
+    """What belongs to no run, by table: its key columns and what makes a row old (each through an index); a
+    thread whose runs are all gone is forgotten too."""
     health, marks, domain = T.tool_health_events.c, T.processed_events.c, T.domain_events.c
     return [
         (T.tool_health_events, [health.event_id], [health.occurred_at < before]),
         (T.processed_events, [marks.event_id, marks.consumer], [marks.run_id.is_(None), marks.processed_at < before]),
         (T.domain_events, [domain.event_id], [domain.run_id.is_(None), domain.recorded_at < before]),
+        (T.threads, [T.threads.c.thread_id], [T.threads.c.updated_at < before,
+                                              ~exists().where(T.runs.c.thread_id == T.threads.c.thread_id)]),
     ]

@@ -69,6 +69,9 @@ runs = Table(
     Column("parent", JSON),
     Column("cause", JSON),  # a triggered run: the domain event that started it {event, event_id}
     Column("progress", Boolean, nullable=False, default=False, server_default=false()),  # announces its steps
+    Column("thread_id", String(200)),  # a conversation it continues (what the thread's earlier runs left)
+    Column("thread_seq", Integer),  # its place in the thread: the order the thread's runs take turns in
+    Column("started_at", Ts),  # a run that waited for its thread's turn: when it got it (its deadline counts from it)
     UniqueConstraint("agent", "goal_id", name="uq_runs_agent_goal"),
     Index("ix_runs_parent", "parent_run_id"),
     Index("ix_runs_trace", "trace_id"),
@@ -76,6 +79,19 @@ runs = Table(
     Index("ix_runs_live", "updated_at", "run_id", postgresql_where=LIVE_SQL, sqlite_where=LIVE_SQL),
     # Ended runs only (migration 0014): what retention scans for runs past their keeping time.
     Index("ix_runs_ended", "updated_at", "run_id", postgresql_where=ENDED_SQL, sqlite_where=ENDED_SQL),
+    # A thread's runs by age, and its live ones only (migration 0016): what it left, and whose turn it is.
+    Index("ix_runs_thread", "thread_id", "thread_seq"),
+    Index("ix_runs_thread_live", "thread_id", "thread_seq", postgresql_where=LIVE_SQL, sqlite_where=LIVE_SQL),
+)
+
+# One row per thread: a run starting on it, or ending, locks it, so two runs never both find it free.
+threads = Table(
+    "threads",
+    metadata,
+    Column("thread_id", String(200), primary_key=True),
+    Column("runs", Integer, nullable=False, default=0, server_default="0"),  # places given out (thread_seq)
+    Column("created_at", Ts, nullable=False),
+    Column("updated_at", Ts, nullable=False),
 )
 
 # One row per step attempt-set: intent (status started) before side effects, outcome after.

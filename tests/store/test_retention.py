@@ -172,7 +172,7 @@ def test_history_that_belongs_to_no_run_goes_past_the_default_keeping_time(store
         conn.execute(update(T.processed_events).where(T.processed_events.c.event_id == f"m-old-{tag}")
                      .values(processed_at=old_at))
     counted = store.count_history(now() - 5 * DAY)
-    assert all(n >= 1 for n in counted.values())
+    assert all(counted[t] >= 1 for t in ("tool_health_events", "domain_events", "processed_events")), counted
     prune(store, [], history_before=now() - 5 * DAY, pause_s=0)
 
     def there(table: Any, column: Any, key: str) -> bool:
@@ -185,6 +185,18 @@ def test_history_that_belongs_to_no_run_goes_past_the_default_keeping_time(store
     assert there(T.domain_events, T.domain_events.c.event_id, f"x-new-{tag}")
     assert not there(T.processed_events, T.processed_events.c.event_id, f"m-old-{tag}")
     assert there(T.processed_events, T.processed_events.c.event_id, f"m-new-{tag}")
+
+
+def test_a_thread_is_forgotten_once_its_last_run_is_gone(store: Store) -> None:
+    thread = f"th-{uuid.uuid4().hex[:8]}"
+    run = make_run(store)
+    with store.tx() as conn:
+        store.hold_thread(conn, thread, place=True)
+        conn.execute(update(T.runs).where(T.runs.c.run_id == run).values(thread_id=thread, thread_seq=1))
+        conn.execute(update(T.threads).where(T.threads.c.thread_id == thread).values(updated_at=now() - 10 * DAY))
+    prune(store, everything(store), history_before=now() - 5 * DAY, pause_s=0)
+    assert rows_of(store, run)["runs"] == 0 and not store.thread_runs(thread)
+    assert not [t for t in store.threads_page(1000) if t["thread_id"] == thread]
 
 
 def test_the_database_reports_its_size(store: Store) -> None:
