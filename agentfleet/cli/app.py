@@ -15,3 +15,5 @@ dlq_app = typer.Typer(no_args_is_help=True, help="Dead letters: list, show, repl
 app.add_typer(dlq_app, name="dlq")
 graph_app = typer.Typer(no_args_is_help=True, help="Graphs: show one, fork a run of one from a node.")
 app.add_typer(graph_app, name="graph")
+schedule_app = typer.Typer(no_args_is_help=True, help="Schedules: goals fired on cron expressions or intervals.")
+app.add_typer(schedule_app, name="schedule")

@@ -108,6 +108,10 @@ def _runtime(settings: Settings) -> Any:
     from agentfleet.workers.preflight import reach_all
 
     reach_all(settings, "database")
+    if settings.embedded:  # this machine's own SQLite file: a command may be the first to open it
+        from agentfleet.store import db
+
+        db.upgrade(settings.effective_database_url)
     return runtime_for(create_app(settings))
 
 

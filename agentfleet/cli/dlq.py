@@ -37,7 +37,8 @@ def _dead_letters() -> Any:
 
 
 def _filter(ids: list[str] | None, reason: str | None, since: str | None, source: str | None) -> Any:
-    from agentfleet.ops.deadletters import Filter, parse_since
+    from agentfleet.ops.deadletters import Filter
+    from agentfleet.ops.durations import parse_since
 
     return Filter(ids=tuple(ids or ()), reason=reason, since=parse_since(since) if since else None, source=source)
 

@@ -37,7 +37,7 @@ def prune(
     Prints the database's size before and after."""
     from datetime import timedelta
 
-    from agentfleet.ops.deadletters import parse_since
+    from agentfleet.ops.durations import parse_since
     from agentfleet.ops.retention import prune_now
     from agentfleet.store.records import now
 

@@ -124,7 +124,7 @@ def runs(
 ) -> None:
     """List runs, newest first: state, iterations, tokens, cost and how each ended."""
     from agentfleet.loop.states import RunState
-    from agentfleet.ops.deadletters import parse_since
+    from agentfleet.ops.durations import parse_since
 
     states = [s.upper() for s in state or []]
     unknown = [s for s in states if s not in RunState.__members__]

@@ -35,6 +35,7 @@ STEP_RETRY_WINDOW_S = 300.0
 STALL_AFTER_S = 120.0
 SWEEP_INTERVAL_S = 15.0
 RETENTION_INTERVAL_S = 3600.0
+SCHEDULE_POLL_S = 1.0
 # Tools.
 DEFAULT_TOOL_TIMEOUT_S = 30.0
 HEALTH_TTL_HEALTHY_S = 30.0
@@ -103,6 +104,9 @@ class Settings(BaseSettings):
     # Live progress: every run announces its steps on <ns>.public (step.planned, tool.started, tool.finished,
     # run.waiting), not only those whose goal asked for it ("progress": true). A publish per step and hop.
     step_events: bool = False
+    # Schedules: how often observers look for due ticks (0: this worker fires none). Any number may: each tick
+    # fires once.
+    schedule_poll_s: float = Field(default=SCHEDULE_POLL_S, ge=0)
     retention_days: float | None = Field(default=None, gt=0)
     retention_interval_s: float = Field(default=RETENTION_INTERVAL_S, ge=0)
     # Tool timeout tiers; a tool's own timeout_s overrides its tier, and a tool without either gets

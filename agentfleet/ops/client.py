@@ -279,6 +279,39 @@ class Client:
         """Deny a parked call: the model is told ``reason`` and carries on."""
         return self._answer(run_id, call_id, "deny", reason, None, by)
 
+    def schedule(self, name: str, agent: str, input: dict[str, Any], *, cron: str | None = None,
+                 every_s: float | None = None, timezone: str = "UTC", jitter_s: float = 0.0,
+                 catch_up: str = "latest", limits: dict[str, Any] | None = None,
+                 thread_id: str | None = None) -> dict[str, Any]:
+        """Add a schedule of goals for ``agent`` (``cron`` in ``timezone``, or every ``every_s``); observers fire
+        each tick once. What ``schedule list`` shows of it."""
+        from agentfleet.ops import schedules
+
+        added = schedules.add_schedule(self._fleet.rt.store, name, agent, input, cron=cron, every_s=every_s,
+                                       timezone=timezone, jitter_s=jitter_s, catch_up=catch_up,  # type: ignore[arg-type]
+                                       limits=limits, thread_id=thread_id)
+        return schedules.describe(added)
+
+    def schedules(self) -> list[dict[str, Any]]:
+        from agentfleet.ops import schedules
+
+        return [schedules.describe(r) for r in self._fleet.rt.store.schedules_list()]
+
+    def pause_schedule(self, name: str) -> None:
+        from agentfleet.ops import schedules
+
+        schedules.pause_schedule(self._fleet.rt.store, name)
+
+    def resume_schedule(self, name: str) -> None:
+        from agentfleet.ops import schedules
+
+        schedules.resume_schedule(self._fleet.rt.store, name)
+
+    def delete_schedule(self, name: str) -> None:
+        from agentfleet.ops import schedules
+
+        schedules.delete_schedule(self._fleet.rt.store, name)
+
     def _answer(self, run_id: str, call_id: str, decision: str, note: str | None, arguments: dict[str, Any] | None,
                 by: str | None) -> ApprovalAnswer:
         import getpass

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 from celery import Celery
@@ -26,8 +25,6 @@ from agentfleet.events.publisher import Publisher, client_headers
 from agentfleet.events.topology import Topology
 
 DEFAULT_LIMIT = 10_000
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhd])$")
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _PROPERTIES = ("content_type", "content_encoding", "correlation_id", "reply_to", "message_id", "user_id", "app_id")
 
 
@@ -100,18 +97,6 @@ class Filter:
             return False
         return not (self.source and not letter.source.startswith(self.source))
 
-
-def parse_since(value: str, now: datetime | None = None, *, option: str = "--since") -> datetime:
-    """``30m``, ``2h``, ``1d`` ago, or an ISO 8601 time."""
-    now = now or datetime.now(UTC)
-    match = _DURATION.match(value.strip())
-    if match:
-        return now - timedelta(seconds=float(match.group(1)) * _UNITS[match.group(2)])
-    try:
-        parsed = datetime.fromisoformat(value)
-    except ValueError:
-        raise AgentfleetError(f"{option} {value!r}: give a duration (30m, 2h, 1d) or an ISO 8601 time") from None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
 class DeadLetterQueue:

@@ -3,7 +3,7 @@
 Handlers pass a connection for writes that must commit together (a step's
 outcome, the run's transition and the events to publish); reads that stand
 alone open their own. Each kind of record (runs, steps, transcript, outbox,
-approvals, artifacts, spend, events, the sweeper's view, secrets, retention, threads) is a module
+approvals, artifacts, spend, events, the sweeper's view, secrets, retention, threads, schedules) is a module
 of this package; ``Store`` is their sum, so a caller holds one object.
 """
 
@@ -15,6 +15,7 @@ from agentfleet.store.events import Events
 from agentfleet.store.outbox import Outbox
 from agentfleet.store.retention import Retention
 from agentfleet.store.runs import Runs
+from agentfleet.store.schedules import Schedules
 from agentfleet.store.secrets import Secrets
 from agentfleet.store.spend import Spend
 from agentfleet.store.steps import Steps
@@ -26,5 +27,5 @@ __all__ = ["Store"]
 
 
 class Store(Runs, Steps, Transcripts, Outbox, Approvals, Artifacts, Spend, Sweeping, Events, Secrets,
-            Retention, Threads):
+            Retention, Threads, Schedules):
     """Every kind of record, on one engine (``StoreBase`` holds the engine, the hooks and the transactions)."""

@@ -299,3 +299,31 @@ fleet_secrets = Table(
     Column("value", String(128), nullable=False),
     Column("created_at", Ts, nullable=False),
 )
+
+# Schedules (roles/schedules.py): goals fired on cron expressions or intervals. A scheduler takes a due row, fires
+# its ticks and moves next_at on, in one transaction; a tick's goal id derives from the tick (one run however often
+# it is fired).
+schedules = Table(
+    "schedules",
+    metadata,
+    Column("schedule_id", String(100), primary_key=True),
+    Column("agent", String(128), nullable=False),
+    Column("input", JSON, nullable=False),
+    Column("limits", JSON, nullable=False),
+    Column("thread_id", String(200)),  # each firing continues this thread
+    Column("cron", String(200)),
+    Column("every_s", Float),
+    Column("timezone", String(64), nullable=False),
+    Column("jitter_s", Float, nullable=False),
+    Column("catch_up", String(16), nullable=False),  # all | latest | none
+    Column("anchor", Ts, nullable=False),  # an interval's ticks fall on anchor + k * every_s
+    Column("paused", Boolean, nullable=False, default=False, server_default=false()),
+    Column("next_at", Ts, nullable=False),
+    Column("fired", Integer, nullable=False, default=0, server_default="0"),
+    Column("skipped", Integer, nullable=False, default=0, server_default="0"),
+    Column("last_fired_at", Ts),
+    Column("last_goal_id", String(200)),
+    Column("created_at", Ts, nullable=False),
+    Column("updated_at", Ts, nullable=False),
+    Index("ix_schedules_due", "next_at", postgresql_where=text("NOT paused"), sqlite_where=text("NOT paused")),
+)

@@ -26,6 +26,7 @@ from agentfleet.workers.bootsteps import (
     MetricsServer,
     Preflight,
     RetentionTimer,
+    ScheduleTimer,
     SweepTimer,
 )
 from agentfleet.workers.event_task import register_tasks
@@ -125,6 +126,7 @@ def create_app(settings: Settings | None = None) -> Celery:
     app.steps["worker"].add(HealthTimer)
     app.steps["worker"].add(ApprovalTimer)
     app.steps["worker"].add(RetentionTimer)
+    app.steps["worker"].add(ScheduleTimer)
     app.steps["consumer"].add(InboxConsumer)
     return app
 

@@ -14,7 +14,7 @@ from agentfleet import constants as C
 from agentfleet.events.publisher import queue_depths
 from agentfleet.fleet.health_cache import CheckPlan, plan_checks
 from agentfleet.hooks.metrics import PrometheusHook
-from agentfleet.roles import approvals, retention
+from agentfleet.roles import approvals, retention, schedules
 from agentfleet.roles.runtime import PREFLIGHT_DONE_KEY, Runtime, runtime_for, settings_of
 from agentfleet.roles.sweeper import sweep
 from agentfleet.workers.inbox import Inbox
@@ -145,6 +145,22 @@ class RetentionTimer(_Timer):
             log.info("retention: deleted %d ended run(s) in %.1f s", report.runs, report.seconds,
                      extra={"rows": report.rows, "bytes_before": report.bytes_before,
                             "bytes_after": report.bytes_after})
+
+
+class ScheduleTimer(_Timer):
+    """Observer workers fire due schedules' goals every ``schedule_poll_s``; each tick once fleet-wide however
+    many observers look (``roles.schedules``)."""
+
+    role = C.OBSERVER
+    name_of_thread = "agentfleet-scheduler"
+
+    def interval(self, rt: Runtime) -> float:
+        return rt.settings.schedule_poll_s
+
+    def tick(self, rt: Runtime) -> None:
+        for fired in schedules.fire_due(rt):
+            if fired["goal_ids"]:
+                log.info("schedule %s fired %s", fired["schedule_id"], ", ".join(fired["goal_ids"]))
 
 
 class ApprovalTimer(_Timer):
