@@ -62,6 +62,12 @@ def status(
         out.print(asked)
     if described["parent_run_id"]:
         out.print(f"started by run {described['parent_run_id']} (a delegation)")
+    if described["lineage"]:
+        kind = "a retry" if described["lineage"]["kind"] == "retry" else "a fork"
+        out.print(f"{kind} of run {described['lineage']['run_id']}, from its iteration "
+                  f"{described['lineage']['through'] + 1}")
+    if described["thread_id"]:
+        out.print(f"thread {described['thread_id']}")
     if described["children"]:
         from rich.tree import Tree
 

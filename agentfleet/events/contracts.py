@@ -163,6 +163,9 @@ class RunNotice(Result):
     trace_id: str
     parent_run_id: str | None = None
     parent_call_id: str | None = None
+    lineage: dict[str, Any] | None = Field(default=None, description=(
+        "A run retried or forked from another: {kind: retry|fork, run_id, through: the iteration of that run's "
+        "transcript it started from}"))
 
 
 class GraphStepNotice(BaseModel):

@@ -116,6 +116,10 @@ class GoalSubmitted(_Payload):
     cause: dict[str, Any] | None = None  # set for a triggered goal: the domain event that started it
     progress: bool = False  # announce the run's steps on <ns>.public (the goal asked, or its parent run did)
     thread_id: str | None = None  # the conversation it continues
+    # A run retried or forked from another (ops/lineage.py): {"kind", "run_id", "through"}; it starts at iteration
+    # through + 1 from that run's transcript, with ``carried``: the results of the source's last calls, as recorded.
+    lineage: dict[str, Any] | None = None
+    carried: list[dict[str, Any]] = Field(default_factory=list)
 
 
 class ToolRequested(_Payload):
@@ -167,6 +171,7 @@ class RunEnded(_Payload):
     result: dict[str, Any]
     redelivery: bool = False  # a later copy of the goal asked for the result again
     thread_id: str | None = None  # the run's thread: its end gives the thread's next run its turn
+    lineage: dict[str, Any] | None = None  # retried or forked from (shown on the public exchange)
 
 
 class ToolHealthChanged(_Payload):

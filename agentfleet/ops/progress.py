@@ -167,6 +167,7 @@ def describe_run(store: Store, run_id: str) -> dict[str, Any] | None:
         "steps": store.steps(run_id),
         "approvals": [a.summary() for a in store.approvals_of(run_id)],
         "parent_run_id": run.parent_run_id,
+        "lineage": run.lineage, "thread_id": run.thread_id,
         "children": run_tree(store, run_id),
     }
 

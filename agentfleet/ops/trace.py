@@ -93,6 +93,7 @@ def trace_of(store: Store, run_id: str, agents: AgentRegistry | None = None) -> 
     # Shown to people: masked throughout (a tool's error or the end message may quote what it was given).
     return redact({"run_id": run.run_id, "agent": run.agent, "goal_id": run.goal_id, "trace_id": run.trace_id,
                    "state": run.state.value, "created_at": _iso(run.created_at), "updated_at": _iso(run.updated_at),
+                   "lineage": run.lineage, "thread_id": run.thread_id,
                    "usage": _usage(run), "iterations": [iterations[i] for i in sorted(iterations)],
                    "transitions": transitions, "end": _end(run), "tree": tree_of(store, run.trace_id)})
 
@@ -176,6 +177,13 @@ def trace_lines(trace: dict[str, Any]) -> list[str]:
              f"  goal_id {trace['goal_id']}  trace_id {trace['trace_id']}",
              f"  usage: {usage['steps']} model turns, {usage['input_tokens']} in + {usage['output_tokens']} out "
              f"tokens, ${usage['cost_usd']:.6f}"]
+    if trace.get("lineage"):
+        lineage = trace["lineage"]
+        lines.append(f"  {'retry' if lineage['kind'] == 'retry' else 'fork'} of run {lineage['run_id']}: its "
+                     f"iterations through {lineage['through']} are this run's start (agentfleet trace "
+                     f"{lineage['run_id']})")
+    if trace.get("thread_id"):
+        lines.append(f"  thread {trace['thread_id']}")
     for it in trace["iterations"]:
         lines.append(f"iteration {it['iteration']}")
         model = it["model"]

@@ -104,7 +104,8 @@ def on_run_ended(step: Step) -> list[Envelope]:
     if not ended.redelivery:  # with what an outside consumer needs to draw the tree (no query: ids say it)
         parent_run_id, parent_call_id = parent_of(result.goal_id) or (None, None)
         notice = RunNotice.model_validate({**ended.result, "type": str(step.env.type), "trace_id": step.env.trace_id,
-                                           "parent_run_id": parent_run_id, "parent_call_id": parent_call_id})
+                                           "parent_run_id": parent_run_id, "parent_call_id": parent_call_id,
+                                           "lineage": ended.lineage})
         publisher.publish_public(notice.type, notice.model_dump(mode="json"), step.env.run_id)
     with store.tx() as conn:
         store.mark_replied(conn, [p[0] for p in pending])

@@ -85,7 +85,7 @@ def on_goal_submitted(step: Step) -> list[Envelope]:
             conn, run_id=step.env.run_id, agent=goal.agent, goal_id=goal.goal_id, trace_id=step.env.trace_id,
             input=goal.input, limits=limits.model_dump(),
             parent=goal.parent.model_dump(mode="json") if goal.parent else None, cause=goal.cause,
-            progress=goal.progress, thread_id=goal.thread_id,
+            progress=goal.progress, thread_id=goal.thread_id, lineage=goal.lineage,
         )
         try:  # the one check for every goal from the inbox: this reads the run anyway
             check_conflict(goal.goal_id, goal.input, run)
@@ -94,7 +94,8 @@ def on_goal_submitted(step: Step) -> list[Envelope]:
             return step.commit(conn, [])
         if goal.reply_to:
             store.add_reply(conn, step.env.run_id, goal.reply_to, goal.correlation_id)
-        if run.state != RunState.PENDING and (run.state != RunState.PLANNING or run.iteration != 0):
+        start = run.iteration if run.lineage else 0  # a retried or forked run starts where its source left off
+        if run.state != RunState.PENDING and (run.state != RunState.PLANNING or run.iteration != start):
             # A second copy of a goal already under way (or done): one run, and this copy's
             # reply_to gets that run's Result when there is one.
             events = []
@@ -112,7 +113,8 @@ def on_goal_submitted(step: Step) -> list[Envelope]:
                     return step.commit(conn, [])  # pending: the end of the run before it gives it its turn
                 started = {"started_at": now()}  # its deadline counts from its turn, not from its wait
             store.transition(conn, run, RunState.PLANNING, **started)  # we hold the row lock
-    return _plan(step, agent, 0, [], lambda conn, run: run if _planning(0)(run) else None)
+    carried = [Message.model_validate(m) for m in goal.carried] if run.lineage else []
+    return _plan(step, agent, start, carried, lambda conn, run: run if _planning(start)(run) else None)
 
 
 def _refuse_copy(step: Step, goal: GoalSubmitted, exc: GoalRejected) -> None:
@@ -188,6 +190,8 @@ def _plan(step: Step, agent: Agent, iteration: int, new_messages: list[Message],
                 return _end_in(step, conn, run, run, new_messages, iteration, None, ResultStatus.FAILED,
                                ErrorCode.POISON_MESSAGE, msg)
             history = store.history(run_id, conn)
+            if run.lineage:  # retried or forked: the source's transcript first, read from it
+                history = store.lineage_history(run.lineage).plus(history.messages)
             summary = None  # the model-written summary the last turn recorded, to go on from
             if agent.summary_model is not None and iteration > 0:
                 summary = recorded_summary(store.step_output(conn, idempotency_key(run_id, iteration - 1, "plan")))

@@ -79,19 +79,21 @@ class Step:
             return then(conn, run)
 
     def run_ended(self, run_id: str, result: Result, *, redelivery: bool = False,
-                  thread_id: str | None = None) -> Envelope:
+                  thread_id: str | None = None, lineage: dict[str, Any] | None = None) -> Envelope:
         return ended_event(run_id, self.env.trace_id, result, causation_id=self.env.event_id,
-                           redelivery_of=self.env.event_id if redelivery else None, thread_id=thread_id)
+                           redelivery_of=self.env.event_id if redelivery else None, thread_id=thread_id,
+                           lineage=lineage)
 
 
 def ended_event(run_id: str, trace_id: str, result: Result, *, causation_id: str | None = None,
-                redelivery_of: str | None = None, thread_id: str | None = None) -> Envelope:
+                redelivery_of: str | None = None, thread_id: str | None = None,
+                lineage: dict[str, Any] | None = None) -> Envelope:
     """run.completed or run.failed carrying the Result. Its id is derived from the run, so however often a
     run is ended (a handler, the sweeper), one ending is one event; a later copy of the goal asking for the
     Result again (``redelivery_of``) gets an event of its own."""
     type = EventType.RUN_COMPLETED if result.status == ResultStatus.SUCCEEDED else EventType.RUN_FAILED
     payload = RunEnded(result=result.model_dump(mode="json"), redelivery=redelivery_of is not None,
-                       thread_id=thread_id)
+                       thread_id=thread_id, lineage=lineage)
     event_id = (derived_event_id(redelivery_of, "redelivery") if redelivery_of
                 else derived_event_id(run_id, type, "ended"))
     return Envelope.new(type, run_id, payload, trace_id=trace_id, causation_id=causation_id, event_id=event_id)
@@ -113,7 +115,7 @@ def end_run(step: Step, conn: Connection, run: RunRecord, result: Result, **fiel
     if not step.rt.store.transition(conn, run, TERMINAL_STATE[result.status], result=stored,
                                     error_code=result.error_code, **fields):
         return step.commit(conn, [])
-    return step.commit(conn, [step.run_ended(run.run_id, result, thread_id=run.thread_id)])
+    return step.commit(conn, [step.run_ended(run.run_id, result, thread_id=run.thread_id, lineage=run.lineage)])
 
 
 def result_of(run: RunRecord, **fields: Any) -> Result:

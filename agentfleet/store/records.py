@@ -61,6 +61,8 @@ class RunRecord:
     thread_id: str | None = None  # the conversation it continues
     thread_seq: int | None = None  # its place in that thread
     started_at: datetime | None = None  # when it got its thread's turn, if it waited for one
+    lineage: dict[str, Any] | None = None  # retried or forked from: {"kind", "run_id", "through"}
+    lineage_run_id: str | None = None
 
     @property
     def began_at(self) -> datetime:

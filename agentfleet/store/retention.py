@@ -31,15 +31,17 @@ class Retention(StoreBase):
         first, ``after`` the last one seen: (run_id, updated_at).
 
         Kept whatever their age: a run that still owes a Result to a reply_to, one with a child still running
-        (its answer is on its way), and one whose parent still runs (the parent may yet read it in its tree)."""
+        (its answer is on its way), one whose parent still runs (the parent may yet read it in its tree), and one
+        a live retry or fork starts from (it reads its transcript)."""
         r = T.runs.c
-        child, parent = T.runs.alias("child"), T.runs.alias("parent")
+        child, parent, heir = T.runs.alias("child"), T.runs.alias("parent"), T.runs.alias("heir")
         replies = T.run_replies.c
         where: list[ColumnElement[bool]] = [
             T.ENDED_SQL, r.updated_at < before,
             ~exists().where(replies.run_id == r.run_id, replies.delivered_at.is_(None)),
             ~exists().where(child.c.parent_run_id == r.run_id, child.c.state.not_in(list(T.ENDED))),
             ~exists().where(parent.c.run_id == r.parent_run_id, parent.c.state.not_in(list(T.ENDED))),
+            ~exists().where(heir.c.lineage_run_id == r.run_id, heir.c.state.not_in(list(T.ENDED))),
         ]
         if agents is not None:
             where.append(r.agent.in_(list(agents)))

@@ -86,11 +86,12 @@ class Runs(StoreBase):
         cause: dict[str, Any] | None = None,
         progress: bool = False,
         thread_id: str | None = None,
+        lineage: dict[str, Any] | None = None,
     ) -> bool:
         """Create the run unless it exists; True when this call created it."""
         return self._create_run(conn, run_id=run_id, agent=agent, goal_id=goal_id, trace_id=trace_id, input=input,
                                 limits=limits, parent=parent, cause=cause, progress=progress,
-                                thread_id=thread_id) is not None
+                                thread_id=thread_id, lineage=lineage) is not None
 
     def start_run(self, conn: Connection, **fields: Any) -> RunRecord:
         """The run ``create_run``'s fields describe, held (row-locked) in ``conn``'s transaction: the one this call
@@ -105,12 +106,14 @@ class Runs(StoreBase):
     def _create_run(self, conn: Connection, *, run_id: str, agent: str, goal_id: str, trace_id: str,
                     input: dict[str, Any], limits: dict[str, Any], parent: dict[str, Any] | None = None,
                     cause: dict[str, Any] | None = None, progress: bool = False,
-                    thread_id: str | None = None) -> RunRecord | None:
+                    thread_id: str | None = None, lineage: dict[str, Any] | None = None) -> RunRecord | None:
         ts = now()
         values = {**_NEW_RUN, "run_id": run_id, "agent": agent, "goal_id": goal_id, "trace_id": trace_id,
                   "state": str(RunState.PENDING), "input": input, "limits": limits, "created_at": ts,
                   "updated_at": ts, "parent_run_id": parent["run_id"] if parent else None, "parent": parent,
-                  "cause": cause, "progress": progress, "thread_id": thread_id}
+                  "cause": cause, "progress": progress, "thread_id": thread_id, "lineage": lineage,
+                  "lineage_run_id": lineage["run_id"] if lineage else None,
+                  "iteration": int(lineage["through"]) + 1 if lineage else 0}
         row = execute(conn, CREATE_RUN, values).first()
         return run_from(row) if row else None
 

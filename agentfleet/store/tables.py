@@ -72,6 +72,10 @@ runs = Table(
     Column("thread_id", String(200)),  # a conversation it continues (what the thread's earlier runs left)
     Column("thread_seq", Integer),  # its place in the thread: the order the thread's runs take turns in
     Column("started_at", Ts),  # a run that waited for its thread's turn: when it got it (its deadline counts from it)
+    # A run retried or forked from another: {"kind": "retry"|"fork", "run_id", "through"} (its transcript through that
+    # iteration is this run's start, read from it by reference); lineage_run_id is that run, indexed.
+    Column("lineage", JSON),
+    Column("lineage_run_id", String(64)),
     UniqueConstraint("agent", "goal_id", name="uq_runs_agent_goal"),
     Index("ix_runs_parent", "parent_run_id"),
     Index("ix_runs_trace", "trace_id"),
@@ -81,6 +85,7 @@ runs = Table(
     Index("ix_runs_ended", "updated_at", "run_id", postgresql_where=ENDED_SQL, sqlite_where=ENDED_SQL),
     # A thread's runs by age, and its live ones only (migration 0016): what it left, and whose turn it is.
     Index("ix_runs_thread", "thread_id", "thread_seq"),
+    Index("ix_runs_lineage", "lineage_run_id"),
     Index("ix_runs_thread_live", "thread_id", "thread_seq", postgresql_where=LIVE_SQL, sqlite_where=LIVE_SQL),
 )
 

@@ -18,7 +18,12 @@ from agentfleet.store.sql import Sql, defer, execute
 # and this many messages in all (a few long runs of large turns must not grow a planner without bound).
 TRANSCRIPTS_KEPT = 128
 MESSAGES_KEPT = 20_000
+LINEAGES_KEPT = 16  # sources of retried or forked runs whose transcripts a process keeps
 
+LINEAGE_MAX = 32  # runs one lineage may go back through (each retried or forked from the one before)
+SOURCE_MESSAGES = Sql("SELECT iteration, CAST(body AS TEXT) FROM messages WHERE run_id = :run_id "
+                      "AND iteration <= :through ORDER BY iteration, position")
+SOURCE_LINEAGE = Sql("SELECT lineage FROM runs WHERE run_id = :run_id", result=("json",))
 NEW_MESSAGES = Sql("SELECT iteration, CAST(body AS TEXT) FROM messages WHERE run_id = :run_id AND iteration > :after "
                    "ORDER BY iteration, position")
 RECORD_OBSERVATION = Sql(
@@ -49,6 +54,7 @@ class Transcripts(StoreBase):
         self._transcripts: OrderedDict[str, tuple[int, History]] = OrderedDict()
         self._messages_kept = 0
         self._transcripts_guard = threading.Lock()
+        self._lineages: OrderedDict[tuple[str, int], History] = OrderedDict()
 
     def append_messages(self, conn: Connection, run_id: str, iteration: int, msgs: Sequence[Message],
                         start: int = 0) -> None:
@@ -62,6 +68,40 @@ class Transcripts(StoreBase):
         for n, (iteration, position, message) in enumerate(slots):
             values[f"i{n}"], values[f"p{n}"], values[f"b{n}"] = iteration, position, message.model_dump_json()
         defer(conn, _insert_messages(len(slots)), values)
+
+    def messages_at(self, run_id: str, iteration: int) -> list[Message]:
+        """One iteration's messages of a run (its own, not its lineage's), in order: the turn, then its results."""
+        with self.reading() as conn:
+            rows = execute(conn, SOURCE_MESSAGES, {"run_id": run_id, "through": iteration}).rows
+        return [Message.model_validate_json(body) for it, body in rows if it == iteration]
+
+    def lineage_history(self, lineage: dict[str, Any] | None) -> History:
+        """The transcript a retried or forked run starts from: its source's messages through the iteration its
+        lineage names, after the source's own start (recursively). Read by reference, never copied: an ended
+        source's messages do not change, so what is read is kept (a few runs' worth)."""
+        if not lineage:
+            return History()
+        key = (str(lineage["run_id"]), int(lineage["through"]))
+        with self._transcripts_guard:
+            found = self._lineages.get(key)
+        if found is not None:
+            return found
+        chain: list[tuple[str, int]] = []
+        source: dict[str, Any] | None = lineage
+        with self.reading() as conn:
+            while source and len(chain) < LINEAGE_MAX:
+                chain.append((str(source["run_id"]), int(source["through"])))
+                source = execute(conn, SOURCE_LINEAGE, {"run_id": chain[-1][0]}).scalar()
+            history = History()
+            for run_id, through in reversed(chain):
+                rows = execute(conn, SOURCE_MESSAGES, {"run_id": run_id, "through": through}).rows
+                if rows:
+                    history = history.plus(MESSAGES.validate_json("[" + ",".join(body for _, body in rows) + "]"))
+        with self._transcripts_guard:
+            self._lineages[key] = history
+            while len(self._lineages) > LINEAGES_KEPT:
+                self._lineages.popitem(last=False)
+        return history
 
     def transcript(self, run_id: str, conn: Connection | None = None) -> list[Message]:
         """The run's messages in order (``history``'s)."""
