@@ -51,20 +51,25 @@ class Sizes:
     approval_runs: int = 1_000
     profile_iterations: int = 300
     waiting_parents: int = 200  # the figure: 200 parents waiting on slow children
+    retention_runs: int = 10_000  # ended runs a prune deletes beside a load
+    retention_load: int = 200
+    schedule_minutes: float = 10.0
 
     @classmethod
     def quick(cls) -> Sizes:
         return cls(overhead_iterations=40, floor_chains=40, peer_iterations=40, throughput_workers=(1, 2),
                    throughput_runs=16, throughput_iterations=5, floor_burst=200, growth_iterations=40,
                    recovery_kills=3, parked_runs=300, approval_runs=300, profile_iterations=60,
-                   waiting_parents=40)
+                   waiting_parents=40, retention_runs=1_000, retention_load=50,
+                   schedule_minutes=1.0)
 
     @classmethod
     def tiny(cls) -> Sizes:
         return cls(overhead_iterations=3, floor_chains=3, peer_iterations=3, throughput_workers=(1,),
                    throughput_runs=2, throughput_iterations=2, floor_burst=10, growth_iterations=4,
                    growth_turn_chars=100, recovery_kills=1, parked_runs=5, approval_runs=4, profile_iterations=10,
-                   waiting_parents=4)
+                   waiting_parents=4, retention_runs=40, retention_load=4,
+                   schedule_minutes=0.25)
 
 
 @dataclass

@@ -18,6 +18,8 @@ from benchmarks.suites import (
     overhead,
     profile,
     recovery,
+    retention,
+    schedules,
     throughput,
 )
 
@@ -31,6 +33,8 @@ SUITES: dict[str, Callable[[Sizes, Report], None]] = {
     "approvals": approvals.run,
     "profile": profile.run,
     "graphs": graphs.run,
+    "retention": retention.run,
+    "schedules": schedules.run,
 }
 
 

@@ -217,7 +217,8 @@ class Client:
 
     @staticmethod
     def goal(agent: str, input: dict[str, Any], *, goal_id: str | None = None,
-             limits: dict[str, Any] | None = None, progress: bool = False) -> dict[str, Any]:
+             limits: dict[str, Any] | None = None, progress: bool = False,
+             thread_id: str | None = None) -> dict[str, Any]:
         """The goal message (the public contract), checked as the inbox checks it (GoalRejected otherwise)."""
         from pydantic import ValidationError
 
@@ -226,7 +227,7 @@ class Client:
 
         try:
             goal = Goal(agent=agent, input=input, goal_id=goal_id or str(uuid.uuid4()), limits=limits or {},
-                        progress=progress)
+                        progress=progress, thread_id=thread_id)
         except ValidationError as exc:
             problem = exc.errors()[0]
             raise GoalRejected(f"{'.'.join(map(str, problem['loc']))}: {problem['msg']}",
@@ -234,27 +235,29 @@ class Client:
         return goal.model_dump(mode="json", exclude_defaults=True) | {"goal_id": goal.goal_id}
 
     def submit(self, agent: str, input: dict[str, Any], *, goal_id: str | None = None,
-               limits: dict[str, Any] | None = None, progress: bool = False) -> str:
-        """Publish a goal; its run id. The same ``goal_id`` again is the same run (its Result, not a new one)."""
-        body = self.goal(agent, input, goal_id=goal_id, limits=limits, progress=progress)
+               limits: dict[str, Any] | None = None, progress: bool = False, thread_id: str | None = None) -> str:
+        """Publish a goal; its run id. The same ``goal_id`` again is the same run (its Result, not a new one);
+        ``thread_id`` continues that conversation."""
+        body = self.goal(agent, input, goal_id=goal_id, limits=limits, progress=progress, thread_id=thread_id)
         self._fleet.publish_goal(body)
         return self._fleet.run_id(body)
 
     def run(self, agent: str, input: dict[str, Any], *, goal_id: str | None = None,
-            limits: dict[str, Any] | None = None, timeout_s: float = 600.0) -> Result:
+            limits: dict[str, Any] | None = None, thread_id: str | None = None, timeout_s: float = 600.0) -> Result:
         """Submit a goal and wait for its Result (TimeoutError when ``timeout_s`` runs out first; the run goes on)."""
-        body = self.goal(agent, input, goal_id=goal_id, limits=limits)
+        body = self.goal(agent, input, goal_id=goal_id, limits=limits, thread_id=thread_id)
         result = self._fleet.submit_and_wait(body, timeout_s=timeout_s)
         if result is None:
             raise TimeoutError(f"run {self._fleet.run_id(body)} had not ended after {timeout_s}s (it goes on)")
         return result
 
     def stream(self, agent: str, input: dict[str, Any], *, goal_id: str | None = None,
-               limits: dict[str, Any] | None = None, timeout_s: float = 600.0) -> Iterator[dict[str, Any] | Result]:
+               limits: dict[str, Any] | None = None, thread_id: str | None = None,
+               timeout_s: float = 600.0) -> Iterator[dict[str, Any] | Result]:
         """Submit a goal with progress on and yield what its run tree says on ``<ns>.public`` as it happens (step
         notices as dicts, in order, masked; ``agentfleet schema`` prints their schemas), then its Result, last
         (TimeoutError when ``timeout_s`` runs out first)."""
-        body = self.goal(agent, input, goal_id=goal_id, limits=limits, progress=True)
+        body = self.goal(agent, input, goal_id=goal_id, limits=limits, progress=True, thread_id=thread_id)
         ended = False
         for item in self._fleet.follow(body, timeout_s=timeout_s):
             ended = ended or isinstance(item, Result)

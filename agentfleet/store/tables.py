@@ -32,6 +32,8 @@ Ts = DateTime(timezone=True)
 # In the order migration 0013 wrote it.
 ENDED = (RunState.SUCCEEDED, RunState.FAILED, RunState.CANCELLED)
 LIVE_SQL = text("state NOT IN ({})".format(", ".join(f"'{state.value}'" for state in ENDED)))
+THREADED_SQL = text("thread_id IS NOT NULL")  # a thread's indexes hold its runs only (migration 0016)
+THREADED_LIVE_SQL = text("thread_id IS NOT NULL AND " + LIVE_SQL.text)
 ENDED_SQL = text("state IN ({})".format(", ".join(f"'{state.value}'" for state in ENDED)))  # migration 0014
 if set(ENDED) != TERMINAL:
     raise RuntimeError("tables.ENDED must name every terminal state (and migration 0013's index with it)")
@@ -84,9 +86,10 @@ runs = Table(
     # Ended runs only (migration 0014): what retention scans for runs past their keeping time.
     Index("ix_runs_ended", "updated_at", "run_id", postgresql_where=ENDED_SQL, sqlite_where=ENDED_SQL),
     # A thread's runs by age, and its live ones only (migration 0016): what it left, and whose turn it is.
-    Index("ix_runs_thread", "thread_id", "thread_seq"),
+    Index("ix_runs_thread", "thread_id", "thread_seq", postgresql_where=THREADED_SQL, sqlite_where=THREADED_SQL),
     Index("ix_runs_lineage", "lineage_run_id"),
-    Index("ix_runs_thread_live", "thread_id", "thread_seq", postgresql_where=LIVE_SQL, sqlite_where=LIVE_SQL),
+    Index("ix_runs_thread_live", "thread_id", "thread_seq", postgresql_where=THREADED_LIVE_SQL,
+          sqlite_where=THREADED_LIVE_SQL),
 )
 
 # One row per thread: a run starting on it, or ending, locks it, so two runs never both find it free.

@@ -10,7 +10,7 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.mark.parametrize("suite", ["overhead", "throughput", "recovery", "growth", "in_flight",
-                                   "delegation", "approvals", "profile"])
+                                   "delegation", "approvals", "profile", "retention", "schedules"])
 def test_each_benchmark_suite_runs_on_a_tiny_size(suite: str) -> None:
     require("rabbitmq", "postgres", "redis")
     from benchmarks import run as bench
@@ -41,6 +41,11 @@ def test_each_benchmark_suite_runs_on_a_tiny_size(suite: str) -> None:
     if suite == "approvals":
         assert figures["parked_runs"] == sizes.approval_runs
         assert figures["runs_ended_after_approval"] == sizes.approval_runs
+    if suite == "retention":
+        assert figures["ended_runs_pruned"] == sizes.retention_runs
+        assert figures["load_failed_alone_beside_again"] == [0, 0, 0]
+    if suite == "schedules":
+        assert figures["ticks_lost"] == figures["ticks_doubled"] == 0 and figures["runs_started"] >= 1
     if suite == "profile":
         assert all(figures[f"{role}_cpu_by_package"] for role in ("planner", "executor", "observer"))
 

@@ -22,6 +22,9 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture
 def publisher(namespace: str) -> Iterator[Publisher]:
+    from kombu import pools
+
+    pools.reset()  # kombu's pool is process-wide: a connection an earlier test left idle may be one the broker closed
     app = create_app(Settings(profile="distributed", broker_url=BROKER_URL, namespace=namespace))
     with app.connection_for_write() as conn:
         Topology(namespace).declare(conn)

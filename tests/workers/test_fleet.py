@@ -176,7 +176,8 @@ def test_the_cli_submits_follows_and_shows_a_run(fleet: WorkerProcs) -> None:
     assert bad.returncode == 1 and json.loads(bad.stdout)["error_code"] == "INPUT_INVALID"
     followed = cli("submit", "repo_report", "--input", '{"path": "proj"}', "--wait")  # progress while it waits
     assert followed.returncode == 0, followed.stderr
-    assert "iteration 0: model → 2 tool calls in parallel" in followed.stdout, followed.stdout
+    assert "iteration 0: model → list_files(" in followed.stdout, followed.stdout  # told by the steps' notices
+    assert "✓ list_files" in followed.stdout and "iteration 2: model → final answer" in followed.stdout
     assert "iteration 2: model → final answer" in followed.stdout and "✓ count_lines" in followed.stdout
     traced = cli("trace", result["run_id"])
     assert traced.returncode == 0 and "PLANNING → SUCCEEDED on observation.recorded" in traced.stdout, traced.stdout

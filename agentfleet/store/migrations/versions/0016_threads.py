@@ -20,7 +20,9 @@ down_revision = "0015"
 branch_labels = None
 depends_on = None
 
-LIVE = sa.text("state NOT IN ('SUCCEEDED', 'FAILED', 'CANCELLED')")
+# Runs of a thread only: the sweeper's scan of every live run must not find (and take) an index of some of them.
+THREADED = sa.text("thread_id IS NOT NULL")
+THREADED_LIVE = sa.text("thread_id IS NOT NULL AND state NOT IN ('SUCCEEDED', 'FAILED', 'CANCELLED')")
 
 
 def upgrade() -> None:
@@ -28,9 +30,10 @@ def upgrade() -> None:
         batch.add_column(sa.Column("thread_id", sa.String(200)))
         batch.add_column(sa.Column("thread_seq", sa.Integer()))
         batch.add_column(sa.Column("started_at", sa.DateTime(timezone=True)))
-    op.create_index("ix_runs_thread", "runs", ["thread_id", "thread_seq"])
-    op.create_index("ix_runs_thread_live", "runs", ["thread_id", "thread_seq"], postgresql_where=LIVE,
-                    sqlite_where=LIVE)
+    op.create_index("ix_runs_thread", "runs", ["thread_id", "thread_seq"], postgresql_where=THREADED,
+                    sqlite_where=THREADED)
+    op.create_index("ix_runs_thread_live", "runs", ["thread_id", "thread_seq"], postgresql_where=THREADED_LIVE,
+                    sqlite_where=THREADED_LIVE)
     op.create_table(
         "threads",
         sa.Column("thread_id", sa.String(200), primary_key=True),
