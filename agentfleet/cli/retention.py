@@ -63,5 +63,7 @@ def prune(
     out.print(f"{verb} {report.runs} run(s){': ' + rows if rows else ''}", markup=False, highlight=False)
     if report.dead_letters is not None:
         out.print(f"{verb} {report.dead_letters} dead letter(s)", markup=False, highlight=False)
+    freed = (f"; the runs' rows took {_size(report.freed_bytes)}, which new rows reuse (the file shrinks only "
+             "with VACUUM FULL)") if report.freed_bytes else ""
     out.print(f"db {_size(report.bytes_before)} before, {_size(report.bytes_after)} after "
-              f"({report.seconds:.1f} s)", markup=False, highlight=False)
+              f"({report.seconds:.1f} s){freed}", markup=False, highlight=False)

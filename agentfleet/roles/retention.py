@@ -23,6 +23,7 @@ from typing import Any
 
 from agentfleet.store.records import now
 from agentfleet.store.repository import Store
+from agentfleet.store.retention import FREED
 
 log = logging.getLogger(__name__)
 
@@ -70,10 +71,14 @@ class PruneReport:
     dead_letters: int | None = None  # None: not looked at (no broker, or no default keeping time)
     bytes_before: int | None = None
     bytes_after: int | None = None
+    freed_bytes: int | None = None  # Postgres: what the deleted runs' rows took (reused by new rows)
     seconds: float = 0.0
 
     def add(self, counts: Mapping[str, int]) -> None:
         for table, n in counts.items():
+            if table == FREED:
+                self.freed_bytes = (self.freed_bytes or 0) + n
+                continue
             if table == "runs":
                 self.runs += n
             self.rows[table] = self.rows.get(table, 0) + n
@@ -81,7 +86,7 @@ class PruneReport:
     def as_dict(self) -> dict[str, Any]:
         return {"dry_run": self.dry_run, "policy": self.policy, "runs": self.runs,
                 "rows": dict(sorted(self.rows.items())), "dead_letters": self.dead_letters,
-                "bytes_before": self.bytes_before, "bytes_after": self.bytes_after,
+                "bytes_before": self.bytes_before, "bytes_after": self.bytes_after, "freed_bytes": self.freed_bytes,
                 "seconds": round(self.seconds, 3)}
 
 

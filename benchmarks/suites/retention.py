@@ -88,6 +88,7 @@ def run(sizes: Sizes, report: Report) -> None:
                ", ".join(f"{t} {n}" for t, n in sorted(pruned.rows.items()) if n))
     report.add(SUITE, "database_mib_before_after", [round((pruned.bytes_before or 0) / 2**20, 1),
                                                     round((pruned.bytes_after or 0) / 2**20, 1)])
+    report.add(SUITE, "rows_freed_mib", round((pruned.freed_bytes or 0) / 2**20, 1))
     report.add(SUITE, "load_failed_alone_beside_again", [alone_bad, beside_bad, again_bad])
     report.add(SUITE, "load_iteration_median_ms_alone_beside_again",
                [round(med["alone"], 2), round(med["beside"], 2), round(med["again"], 2)],
