@@ -77,13 +77,13 @@ def run(sizes: Sizes, report: Report) -> None:
         t0 = time.monotonic()
         pruner.start()
         beside, beside_bad = _load(f, load_runs)
-        pruner.join()
         load_s = time.monotonic() - t0
+        pruner.join()
         again, again_bad = _load(f, load_runs)
     pruned = done[0]
     med = {k: statistics.median(v) for k, v in (("alone", alone), ("beside", beside), ("again", again))}
     report.add(SUITE, "ended_runs_pruned", pruned.runs, f"{pruned.runs} of {copies * SEEDS} in {pruned.seconds:.1f} s "
-               f"(the load beside it took {load_s:.1f} s)")
+               f"(it rests 4× what each batch took; the load beside it ran its first {load_s:.1f} s)")
     report.add(SUITE, "rows_deleted", sum(n for t, n in pruned.rows.items() if t != "runs"),
                ", ".join(f"{t} {n}" for t, n in sorted(pruned.rows.items()) if n))
     report.add(SUITE, "database_mib_before_after", [round((pruned.bytes_before or 0) / 2**20, 1),
