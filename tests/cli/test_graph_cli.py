@@ -13,9 +13,10 @@ from tests.conftest import ROOT
 MESSY = "def f():\n\treturn 1   \nx = 2"
 
 
-def cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def cli(tmp_path: Path, *args: str, agents: str = "agentfleet.examples.tidy") -> subprocess.CompletedProcess[str]:
+    """The command as a user types it, in ``tmp_path`` (its embedded database and workspace there)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTFLEET_")}
-    env.update({"PYTHONPATH": str(ROOT), "AGENTFLEET_AGENTS": "agentfleet.examples.tidy", "COLUMNS": "300",
+    env.update({"PYTHONPATH": str(ROOT), "AGENTFLEET_AGENTS": agents, "COLUMNS": "300",
                 "AGENTFLEET_EMBEDDED_DATABASE_URL": f"sqlite:///{tmp_path}/fleet.db",
                 "AGENTFLEET_WORKSPACE": str(tmp_path)})
     return subprocess.run([sys.executable, "-m", "agentfleet.cli", *args], capture_output=True, text=True,

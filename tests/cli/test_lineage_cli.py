@@ -3,21 +3,14 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
-from tests.conftest import ROOT
+from tests.cli.test_graph_cli import cli as graph_cli
 
 
 def cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTFLEET_")}
-    env.update({"PYTHONPATH": str(ROOT), "AGENTFLEET_AGENTS": "tests.fixtures.agents", "COLUMNS": "300",
-                "AGENTFLEET_EMBEDDED_DATABASE_URL": f"sqlite:///{tmp_path}/fleet.db",
-                "AGENTFLEET_WORKSPACE": str(tmp_path)})
-    return subprocess.run([sys.executable, "-m", "agentfleet.cli", *args], capture_output=True, text=True,
-                          cwd=tmp_path, env=env, timeout=180)
+    return graph_cli(tmp_path, *args, agents="tests.fixtures.agents")
 
 
 def test_retry_goes_on_and_fork_replans_and_status_says_from_where(tmp_path: Path) -> None:
