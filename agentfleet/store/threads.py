@@ -73,13 +73,15 @@ class Threads(StoreBase):
         return turn is not None and turn.run_id != run.run_id
 
     def thread_before(self, run: RunRecord, limit: int = THREAD_LOOKBACK) -> list[dict[str, Any]]:
-        """What the thread's ended runs placed before ``run`` left, in order (the last ``limit``): each one's run
-        id, goal input, status and output or error."""
+        """What the thread's ended runs of ``run``'s agent placed before it left, in order (the last ``limit``):
+        each one's run id, goal input, status and output or error. Another agent naming the same thread takes its
+        turn in the same order but reads none of it: a thread id is not a way into another agent's answers."""
         if run.thread_id is None or run.thread_seq is None:
             return []
         r = T.runs.c
         stmt = (select(r.run_id, r.input, r.result, r.state)
-                .where(r.thread_id == run.thread_id, T.ENDED_SQL, r.thread_seq < run.thread_seq)
+                .where(r.thread_id == run.thread_id, r.agent == run.agent, T.ENDED_SQL,
+                       r.thread_seq < run.thread_seq)
                 .order_by(r.thread_seq.desc()).limit(limit))
         with self.reading() as conn:
             rows = conn.execute(stmt).all()

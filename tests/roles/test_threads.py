@@ -32,10 +32,14 @@ def test_a_thread_remembers_what_an_earlier_goal_said(tmp_path: Path) -> None:
         alone = wait_for_run(fleet.store, fleet.submit({"agent": "chatty", "input": {"ask": "my colour?"}}))
         other = wait_for_run(fleet.store, fleet.submit({"agent": "chatty", "input": {"ask": "my colour?"},
                                                         "thread_id": "t2"}))
-        runs = fleet.store.thread_runs("t1")
+        stranger = wait_for_run(fleet.store, fleet.submit({"agent": "chatty_other", "input": {"ask": "colour?"},
+                                                           "thread_id": "t1"}))
+        runs = [r for r in fleet.store.thread_runs("t1") if r.agent == "chatty"]
     assert said == ["noted", "teal", "teal"]  # every later goal of the thread is shown the first
     assert alone.result and alone.result["output"]["seen"] == ["unknown"]  # no thread: nothing carried over
     assert other.result and other.result["output"]["seen"] == ["unknown"]  # another thread: its own
+    # Another agent naming the thread is shown none of it: what one agent's runs answered is not another's to read.
+    assert stranger.result and stranger.result["output"]["seen"] == ["unknown"]
     assert next(r.input for r in runs) == {"remember": "my favourite colour is teal"} and len(runs) == 3
 
     listed = subprocess.run([sys.executable, "-m", "agentfleet.cli", "thread", "t1", "--embedded", "--json"],
@@ -45,7 +49,7 @@ def test_a_thread_remembers_what_an_earlier_goal_said(tmp_path: Path) -> None:
                                  "AGENTFLEET_WORKSPACE": str(tmp_path), "PATH": "/usr/bin:/bin"})
     assert listed.returncode == 0, listed.stderr
     shown = json.loads(listed.stdout)
-    assert [r["state"] for r in shown] == ["SUCCEEDED"] * 3 and "teal" in shown[2]["answer"]
+    assert [r["state"] for r in shown] == ["SUCCEEDED"] * 4 and "teal" in shown[2]["answer"]
 
 
 @pytest.mark.integration
