@@ -8,6 +8,8 @@ runs × messages.
 from __future__ import annotations
 
 import dataclasses
+import threading
+from collections import OrderedDict
 from datetime import datetime
 from typing import Any
 
@@ -22,6 +24,7 @@ from agentfleet.store.records import RunRecord, now
 from agentfleet.store.sql import POSTGRES
 
 THREAD_LOOKBACK = 50  # earlier runs of a thread a plan reads at most (the context keeps what fits of them)
+THREADS_KEPT = 64  # runs whose thread's past a process keeps: read once a run, not once an iteration
 THREAD_LIVE_SCAN = 1000  # live runs of one thread read to find whose turn it is
 
 
@@ -72,12 +75,23 @@ class Threads(StoreBase):
             turn = self.thread_turn(conn, run.thread_id)
         return turn is not None and turn.run_id != run.run_id
 
+    def _thread_pasts(self) -> tuple[OrderedDict[str, list[dict[str, Any]]], threading.Lock]:
+        """This store's cache of what each thread run was shown of its thread's past, and its lock."""
+        found = self.__dict__.get("_thread_past_cache")
+        if found is None:
+            found = self.__dict__.setdefault("_thread_past_cache", (OrderedDict(), threading.Lock()))
+        return found  # type: ignore[no-any-return]
+
     def thread_before(self, run: RunRecord, limit: int = THREAD_LOOKBACK) -> list[dict[str, Any]]:
         """What the thread's ended runs of ``run``'s agent placed before it left, in order (the last ``limit``):
         each one's run id, goal input, status and output or error. Another agent naming the same thread takes its
         turn in the same order but reads none of it: a thread id is not a way into another agent's answers."""
         if run.thread_id is None or run.thread_seq is None:
             return []
+        cache, guard = self._thread_pasts()
+        kept = cache.get(run.run_id)  # ended runs placed before this one: they never change again
+        if kept is not None:
+            return kept
         r = T.runs.c
         stmt = (select(r.run_id, r.input, r.result, r.state)
                 .where(r.thread_id == run.thread_id, r.agent == run.agent, T.ENDED_SQL,
@@ -85,7 +99,12 @@ class Threads(StoreBase):
                 .order_by(r.thread_seq.desc()).limit(limit))
         with self.reading() as conn:
             rows = conn.execute(stmt).all()
-        return [{"run_id": row[0], "input": row[1], "result": row[2] or {}, "state": row[3]} for row in reversed(rows)]
+        found = [{"run_id": row[0], "input": row[1], "result": row[2] or {}, "state": row[3]} for row in reversed(rows)]
+        with guard:
+            cache[run.run_id] = found
+            while len(cache) > THREADS_KEPT:
+                cache.popitem(last=False)
+        return found
 
     def threads_page(self, limit: int, before: datetime | None = None) -> list[dict[str, Any]]:
         """Threads, most recently active first: id, when started and last active, and how many runs."""
