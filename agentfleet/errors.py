@@ -184,6 +184,10 @@ class ApprovalRefused(AgentfleetError):
     """An answer to an approval request that cannot be taken (unknown, already answered, bad edits)."""
 
 
+class BadQuery(AgentfleetError):
+    """An operator's filter or page cursor that cannot be read (typed by a person, or a link tampered with)."""
+
+
 class ModelError(AgentfleetError):
     """The model adapter failed or returned something the loop cannot use; the same request would fail the
     same way (models/retrying.py does not try it again)."""

@@ -99,6 +99,9 @@ class Redactor:
             if password and not (len(password) < MIN_SECRET_CHARS and password == parsed.username):  # type: ignore[union-attr]
                 values.append(password)
         values += [value for name, value in env.items() if _SECRET.search(name)]
+        credentials = settings.console_credentials  # name:password pairs: each password is a secret of its own
+        if credentials is not None:
+            values += [pair.partition(":")[2] for pair in credentials.get_secret_value().split(",")]
         return cls(values)
 
     def text(self, value: str) -> str:

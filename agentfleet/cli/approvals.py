@@ -24,8 +24,9 @@ def approvals(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON")] = False,
 ) -> None:
     """Tool calls waiting for a person's answer, oldest first (arguments with secrets masked)."""
-    rt = _runtime(_settings(embedded))
-    pending = rt.store.pending_approvals(run_id=run_id)
+    from agentfleet.ops.approvals import pending_approvals
+
+    pending = pending_approvals(_runtime(_settings(embedded)).store, run_id=run_id)
     if as_json:
         print(json.dumps([r.summary() for r in pending], default=str))
         return
@@ -44,32 +45,22 @@ def approvals(
 
 def _answer_approval(run_id: str, call_id: str, decision: str, note: str | None, by: str | None,
                      arguments: str | None, embedded: bool, as_json: bool) -> None:
-    import getpass
-
-    from pydantic import ValidationError
-
-    from agentfleet.errors import ApprovalRefused
-    from agentfleet.events.contracts import ApprovalAnswer, ApprovalResolve
-    from agentfleet.roles.approvals import resolve
+    from agentfleet.errors import AgentfleetError
+    from agentfleet.ops.actions import answer_approval, who
 
     rt = _runtime(_settings(embedded))
-    who = by or getpass.getuser()
+    actor = who(by)
     edited = _json_arg(arguments, "--arguments") if arguments is not None else None
     try:
-        answer = ApprovalResolve(run_id=run_id, call_id=call_id, decision=decision,  # type: ignore[arg-type]
-                                 note=note, arguments=edited, by=who)
-    except ValidationError as exc:
-        problem = exc.errors()[0]
-        raise typer.BadParameter(f"{'.'.join(map(str, problem['loc']))}: {problem['msg']}") from None
-    try:
         # Beside an embedded fleet there is no broker to reach: its observer's timer finds the answer.
-        reply = resolve(rt, answer, who, publish=not rt.settings.embedded)
-    except ApprovalRefused as exc:
-        reply = ApprovalAnswer.rejection(exc.code, exc.message, run_id=run_id, call_id=call_id)
+        reply = answer_approval(rt, run_id=run_id, call_id=call_id, decision=decision, by=actor, via="cli",
+                                note=note, arguments=edited, publish=not rt.settings.embedded)
+    except AgentfleetError as exc:
+        raise typer.BadParameter(exc.message) from None
     if as_json:
         print(reply.model_dump_json(exclude_none=True))
     elif reply.status == "accepted":
-        out.print(f"[green]{reply.decision}[/] {run_id} {call_id} by {who}")
+        out.print(f"[green]{reply.decision}[/] {run_id} {call_id} by {actor}")
     else:
         err.print(f"[red]refused[/] {reply.error_code}: {reply.message}")
     raise typer.Exit(0 if reply.status == "accepted" else 1)

@@ -70,15 +70,16 @@ def tools(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON")] = False,
 ) -> None:
     """Every tool with its agent, tier, timeout, fallback and lock, and the fleet's view of its health."""
+    from agentfleet.ops.fleet import tools_view
+
     rt = _runtime(get_settings())
-    agents = [a for a in rt.agents.all() if agent is None or a.name == agent]
-    if agent is not None and not agents:
+    view = tools_view(rt, agent)
+    if agent is not None and not view["agents"]:
         err.print(f"no agent {agent!r} (loaded: {', '.join(rt.agents.names())})")
         raise typer.Exit(2)
-    rows = [{"agent": a.name, **row} for a in agents for row in rt.dispatch.status(list(a.tools.values()))]
-    reachable = rt.redis.fail_open(lambda r: bool(r.ping()), False)
+    rows, reachable = view["tools"], view["redis"] == "reachable"
     if as_json:
-        print(json.dumps({"redis": "reachable" if reachable else "unreachable", "tools": rows}, default=str))
+        print(json.dumps({"redis": view["redis"], "tools": rows}, default=str))
         return
     if rt.settings.embedded:
         out.print("[yellow]embedded profile:[/] health, breakers and the cache live inside the running process; "

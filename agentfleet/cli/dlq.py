@@ -89,7 +89,10 @@ def dlq_replay(
     """Send dead letters back where they came from (a rejected goal goes through admission again)."""
     if not letter_ids and not matching:
         raise typer.BadParameter("name dead letter ids, or --matching with filters")
-    done = _dead_letters().replay(_filter(letter_ids, reason, since, source), routing_key=routing_key, limit=limit)
+    from agentfleet.ops.actions import replay_letters, who
+
+    done = replay_letters(_runtime(get_settings()), _filter(letter_ids, reason, since, source), by=who(None),
+                          via="cli", routing_key=routing_key, limit=limit)
     _print_outcomes(done, as_json)
 
 
@@ -107,4 +110,6 @@ def dlq_purge(
     match = _filter(letter_ids, reason, since, source)
     if not yes and not typer.confirm(f"delete {len(_dead_letters().list(match, limit))} dead letter(s) for good?"):
         raise typer.Exit(1)
-    _print_outcomes(_dead_letters().purge(match, limit), as_json)
+    from agentfleet.ops.actions import purge_letters, who
+
+    _print_outcomes(purge_letters(_runtime(get_settings()), match, by=who(None), via="cli", limit=limit), as_json)

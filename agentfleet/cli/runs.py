@@ -124,32 +124,29 @@ def runs(
                      ] = None,
     since: Annotated[str | None, typer.Option("--since", help="Created at most this long ago (30m, 2h, 1d) or "
                                                               "since an ISO 8601 time")] = None,
-    limit: Annotated[int, typer.Option(min=1, help="At most this many, newest first")] = 50,
+    goal: Annotated[str | None, typer.Option("--goal", help="Only runs of this goal id")] = None,
+    limit: Annotated[int, typer.Option(min=1, max=500, help="At most this many, newest first")] = 50,
     embedded: EmbeddedOpt = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON lines")] = False,
 ) -> None:
     """List runs, newest first: state, iterations, tokens, cost and how each ended."""
-    from agentfleet.loop.states import RunState
+    from agentfleet.errors import BadQuery
     from agentfleet.ops.durations import parse_since
+    from agentfleet.ops.runs import RunsQuery, runs_page
 
-    states = [s.upper() for s in state or []]
-    unknown = [s for s in states if s not in RunState.__members__]
-    if unknown:
-        raise typer.BadParameter(f"unknown state {', '.join(unknown)}; one of {', '.join(RunState.__members__)}",
-                                 param_hint="--state")
-    rt = _runtime(_settings(embedded))
-    found = rt.store.list_runs(agent=agent, states=states, since=parse_since(since) if since else None, limit=limit)
-    for run in found:
-        row = {"run_id": run.run_id, "agent": run.agent, "state": run.state.value, "iteration": run.iteration,
-               "tokens": run.input_tokens + run.output_tokens, "cost_usd": run.cost_usd, "unpriced": run.unpriced,
-               "created_at": run.created_at.isoformat(timespec="seconds"), "error_code": run.error_code}
+    try:
+        query = RunsQuery(agent=agent, states=tuple(s.upper() for s in state or []),
+                          since=parse_since(since) if since else None, goal_id=goal, limit=limit)
+    except BadQuery as exc:
+        raise typer.BadParameter(exc.message, param_hint="--state / --limit") from None
+    for row in runs_page(_runtime(_settings(embedded)).store, query).rows:
         if as_json:
             print(json.dumps(row))
         else:
-            ended = f" {run.error_code}" if run.error_code else ""
-            out.print(f"{row['run_id']}  {row['created_at']}  {run.agent}  {row['state']}{ended}  "
-                      f"iterations={run.iteration + 1} tokens={row['tokens']} cost={_cost(run.cost_usd, run.unpriced)}",
-                      soft_wrap=True, markup=False, highlight=False)
+            ended = f" {row['error_code']}" if row["error_code"] else ""
+            out.print(f"{row['run_id']}  {row['created_at']}  {row['agent']}  {row['state']}{ended}  "
+                      f"iterations={row['iteration'] + 1} tokens={row['tokens']} "
+                      f"cost={_cost(row['cost_usd'], row['unpriced'])}", soft_wrap=True, markup=False, highlight=False)
 
 
 @app.command()
@@ -206,5 +203,5 @@ def cancel(
     from agentfleet.ops.client import FleetClient
 
     with FleetClient(get_settings()) as client:
-        client.cancel(run_id, reason)
+        client.cancel(run_id, reason, via="cli")
     out.print(f"cancel requested for {run_id}")

@@ -169,6 +169,13 @@ class Settings(BaseSettings):
     # results, stop marks): a tool that reaches Redis cannot forge them. Unset: one is made once and kept in the
     # database (table fleet_secrets), shared by every process of the fleet.
     fleet_key: SecretStr | None = None
+    # The console (`agentfleet console`): who may sign in, as comma-separated name:password pairs (none: the console
+    # serves 127.0.0.1 only, to whoever reaches it, as Flower does), the key that signs its session cookies (unset:
+    # a new one each start, which signs everyone out), and where it listens.
+    console_credentials: SecretStr | None = None
+    console_secret: SecretStr | None = None
+    console_host: str = "127.0.0.1"
+    console_port: int = Field(default=5580, ge=0, le=65535)
     # How long a worker at start, or a CLI command, tries to reach each service before it exits non-zero.
     connect_timeout_s: float = Field(default=CONNECT_TIMEOUT_S, ge=0)
 

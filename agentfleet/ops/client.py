@@ -14,9 +14,9 @@ from kombu import Consumer, Message, Queue, binding
 
 from agentfleet.config.settings import Settings
 from agentfleet.constants import DOMAIN_ROUTING_PREFIX
-from agentfleet.events.contracts import ApprovalAnswer, ApprovalResolve, Result
-from agentfleet.events.envelope import Envelope, EventType, RunCancelRequested
+from agentfleet.events.contracts import ApprovalAnswer, Result
 from agentfleet.loop.keys import run_id_for
+from agentfleet.ops.actions import Via, answer_approval, cancel_run, who
 from agentfleet.roles.runtime import runtime_for
 from agentfleet.workers.app import create_app
 from agentfleet.workers.preflight import reach_all
@@ -173,10 +173,8 @@ class FleetClient:
         return Queue(f"{self.settings.namespace}.follow.{tag}", exclusive=True, auto_delete=True,
                      bindings=[binding(public, routing_key=key) for key in FOLLOWED])
 
-    def cancel(self, run_id: str, reason: str) -> None:
-        event = Envelope.new(EventType.RUN_CANCEL_REQUESTED, run_id, RunCancelRequested(reason=reason),
-                             trace_id=uuid.uuid4().hex)
-        self.rt.publisher.publish([event])
+    def cancel(self, run_id: str, reason: str, *, by: str | None = None, via: Via = "client") -> None:
+        cancel_run(self.rt, run_id, reason, by=who(by), via=via)
 
 
 class Client:
@@ -317,15 +315,5 @@ class Client:
 
     def _answer(self, run_id: str, call_id: str, decision: str, note: str | None, arguments: dict[str, Any] | None,
                 by: str | None) -> ApprovalAnswer:
-        import getpass
-
-        from agentfleet.errors import ApprovalRefused
-        from agentfleet.roles.approvals import resolve
-
-        who = by or getpass.getuser()
-        answer = ApprovalResolve(run_id=run_id, call_id=call_id, decision=decision,  # type: ignore[arg-type]
-                                 note=note, arguments=arguments, by=who)
-        try:
-            return resolve(self._fleet.rt, answer, who, publish=True)
-        except ApprovalRefused as exc:
-            return ApprovalAnswer.rejection(exc.code, exc.message, run_id=run_id, call_id=call_id)
+        return answer_approval(self._fleet.rt, run_id=run_id, call_id=call_id, decision=decision, by=who(by),
+                               via="client", note=note, arguments=arguments)

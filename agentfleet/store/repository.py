@@ -3,12 +3,13 @@
 Handlers pass a connection for writes that must commit together (a step's
 outcome, the run's transition and the events to publish); reads that stand
 alone open their own. Each kind of record (runs, steps, transcript, outbox,
-approvals, artifacts, spend, events, the sweeper's view, secrets, retention, threads, schedules) is a module
-of this package; ``Store`` is their sum, so a caller holds one object.
+approvals, artifacts, spend, events, the sweeper's view, secrets, retention, threads, schedules, operators'
+actions) is a module of this package; ``Store`` is their sum, so a caller holds one object.
 """
 
 from __future__ import annotations
 
+from agentfleet.store.actions import Actions
 from agentfleet.store.approvals import Approvals
 from agentfleet.store.artifacts import Artifacts
 from agentfleet.store.events import Events
@@ -27,5 +28,5 @@ __all__ = ["Store"]
 
 
 class Store(Runs, Steps, Transcripts, Outbox, Approvals, Artifacts, Spend, Sweeping, Events, Secrets,
-            Retention, Threads, Schedules):
+            Retention, Threads, Schedules, Actions):
     """Every kind of record, on one engine (``StoreBase`` holds the engine, the hooks and the transactions)."""

@@ -184,17 +184,38 @@ class Runs(StoreBase):
             self.after_commit(conn, lambda: hooks.after_transition(change))
 
     def list_runs(self, *, agent: str | None = None, states: Sequence[str] = (), since: datetime | None = None,
-                  limit: int = 50) -> list[RunRecord]:
-        """Runs newest first, by agent, state and creation time."""
-        stmt = select(T.runs).order_by(T.runs.c.created_at.desc()).limit(limit)
+                  until: datetime | None = None, goal_id: str | None = None,
+                  before: tuple[datetime, str] | None = None, limit: int = 50) -> list[RunRecord]:
+        """Runs newest first (``created_at, run_id`` descending), by agent, state, creation time or goal id.
+        ``before``: the page after the run with this ``(created_at, run_id)`` (a keyset, not an offset: a page
+        costs the same however deep it is, read from an index in order — migration 0019)."""
+        c = T.runs.c
+        stmt = select(T.runs).order_by(c.created_at.desc(), c.run_id.desc()).limit(limit)
         if agent:
-            stmt = stmt.where(T.runs.c.agent == agent)
+            stmt = stmt.where(c.agent == agent)
         if states:
-            stmt = stmt.where(T.runs.c.state.in_(list(states)))
+            stmt = stmt.where(c.state.in_(list(states)))
         if since is not None:
-            stmt = stmt.where(T.runs.c.created_at >= since)
+            stmt = stmt.where(c.created_at >= since)
+        if until is not None:
+            stmt = stmt.where(c.created_at < until)
+        if goal_id:
+            stmt = stmt.where(c.goal_id == goal_id)
+        if before is not None:
+            at, run_id = before
+            stmt = stmt.where((c.created_at < at) | ((c.created_at == at) & (c.run_id < run_id)))
         with self.reading() as conn:
             return [RunRecord.from_row(r) for r in conn.execute(stmt).all()]
+
+    def recent_runs(self, limit: int) -> list[dict[str, Any]]:
+        """The newest ``limit`` runs' time, state, tokens and cost (what a chart of runs over time plots): read from
+        the creation index, so the cost is the limit's, not the table's."""
+        c = T.runs.c
+        stmt = (select(c.created_at, c.state, c.input_tokens, c.output_tokens, c.cost_usd)
+                .order_by(c.created_at.desc(), c.run_id.desc()).limit(limit))
+        with self.reading() as conn:
+            return [{"created_at": as_utc(r.created_at), "state": r.state, "tokens": r.input_tokens + r.output_tokens,
+                     "cost_usd": r.cost_usd} for r in conn.execute(stmt).all()]
 
     def audit_trail(self, run_id: str) -> list[dict[str, Any]]:
         """A run's state transitions, oldest first (empty when the audit hook is off)."""

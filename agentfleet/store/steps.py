@@ -79,6 +79,14 @@ class Steps(StoreBase):
             rows = conn.execute(select(T.steps).where(T.steps.c.run_id == run_id).order_by(T.steps.c.id)).all()
         return [dict(r._mapping) for r in rows]
 
+    def recent_step_durations(self, limit: int) -> list[tuple[str, float]]:
+        """The newest ``limit`` finished steps' kind (plan or tool) and duration in ms, newest first: read backwards
+        along the primary key, so the cost is the limit's, not the table's."""
+        stmt = (select(T.steps.c.kind, T.steps.c.duration_ms).where(T.steps.c.duration_ms.is_not(None))
+                .order_by(T.steps.c.id.desc()).limit(limit))
+        with self.reading() as conn:
+            return [(str(kind), float(ms)) for kind, ms in conn.execute(stmt).all()]
+
     def set_step_input(self, conn: Connection, key: str, value: Any) -> None:
         conn.execute(update(T.steps).where(T.steps.c.idempotency_key == key).values(input=value))
 

@@ -90,6 +90,11 @@ runs = Table(
     Index("ix_runs_lineage", "lineage_run_id"),
     Index("ix_runs_thread_live", "thread_id", "thread_seq", postgresql_where=THREADED_LIVE_SQL,
           sqlite_where=THREADED_LIVE_SQL),
+    # Pages of runs newest first, all or by agent or by state, and a goal id found (migration 0019: the console).
+    Index("ix_runs_created", "created_at", "run_id"),
+    Index("ix_runs_agent_created", "agent", "created_at", "run_id"),
+    Index("ix_runs_state_created", "state", "created_at", "run_id"),
+    Index("ix_runs_goal", "goal_id"),
 )
 
 # One row per thread: a run starting on it, or ending, locks it, so two runs never both find it free.
@@ -244,6 +249,24 @@ audit = Table(
     Column("worker", String(255), nullable=False),
     Index("ix_audit_run", "run_id", "id"),
     Index("ix_audit_at", "at"),
+)
+
+# What people did to the fleet from the console or the CLI (ops/actions.py): who, by which way, what to which
+# target, and what came of it. Written after the action is tried, whether it was accepted or refused.
+operator_actions = Table(
+    "operator_actions",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("at", Ts, nullable=False),
+    Column("actor", String(255), nullable=False),
+    Column("via", String(16), nullable=False),  # console | cli | client
+    Column("action", String(32), nullable=False),  # approve | deny | cancel | replay | scale | purge
+    Column("target", String(255), nullable=False),  # a run and call, a dead letter, a role
+    Column("run_id", String(64)),
+    Column("outcome", String(16), nullable=False),  # accepted | refused | failed
+    Column("detail", JSON, nullable=False),  # masked: what was asked, and the answer
+    Index("ix_operator_actions_at", "at"),
+    Index("ix_operator_actions_run", "run_id", "id"),
 )
 
 # Artifacts (harness/artifacts.py): content kept once under its sha256 reference, and the calls that produced
