@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from kombu import Connection
-from sqlalchemy import text
+from sqlalchemy import Table, text
 
 import agentfleet
 from agentfleet import constants as C
@@ -54,6 +54,7 @@ class Sizes:
     retention_runs: int = 10_000  # ended runs a prune deletes beside a load
     retention_load: int = 200
     schedule_minutes: float = 10.0
+    console_runs: int = 100_000  # runs in the database while the console's pages are timed
 
     @classmethod
     def quick(cls) -> Sizes:
@@ -61,7 +62,7 @@ class Sizes:
                    throughput_runs=16, throughput_iterations=5, floor_burst=200, growth_iterations=40,
                    recovery_kills=3, parked_runs=300, approval_runs=300, profile_iterations=60,
                    waiting_parents=40, retention_runs=1_000, retention_load=50,
-                   schedule_minutes=1.0)
+                   schedule_minutes=1.0, console_runs=10_000)
 
     @classmethod
     def tiny(cls) -> Sizes:
@@ -69,7 +70,7 @@ class Sizes:
                    throughput_runs=2, throughput_iterations=2, floor_burst=10, growth_iterations=4,
                    growth_turn_chars=100, recovery_kills=1, parked_runs=5, approval_runs=4, profile_iterations=10,
                    waiting_parents=4, retention_runs=40, retention_load=4,
-                   schedule_minutes=0.25)
+                   schedule_minutes=0.25, console_runs=200)
 
 
 @dataclass
@@ -164,6 +165,26 @@ def fleet(roles: dict[str, int], *worker_args: str, env: dict[str, str] | None =
             with Connection(BROKER) as conn:
                 Topology(namespace).delete(conn)
             delete_redis_keys(namespace)
+
+
+def clone_runs(f: Fleet, table: Table, seeds: list[str], copies: int, suffixed: tuple[str, ...],
+               runs_columns: dict[str, str] | None = None) -> None:
+    """``copies`` of the seed runs' rows in ``table``, with ``suffixed`` columns made unique per copy (``g``, the
+    copy's number, is appended); in the runs table, ``runs_columns`` gives a column SQL of ``t`` (the seed's row)
+    and ``g`` instead (made older, another state)."""
+    names = [c.name for c in table.columns if c.name != "id"]
+    exprs = []
+    for name in names:
+        if name in suffixed:
+            exprs.append(f"t.{name} || '-c' || g")
+        elif table.name == "runs" and name in (runs_columns or {}):
+            exprs.append((runs_columns or {})[name])
+        else:
+            exprs.append(f"t.{name}")
+    sql = (f"INSERT INTO {table.name} ({', '.join(names)}) SELECT {', '.join(exprs)} FROM {table.name} t, "
+           f"generate_series(1, :copies) g WHERE t.run_id = ANY(:seeds)")
+    with f.store.engine.begin() as conn:
+        conn.execute(text(sql), {"copies": copies, "seeds": seeds})
 
 
 def delete_redis_keys(namespace: str) -> None:

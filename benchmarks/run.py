@@ -11,6 +11,7 @@ from collections.abc import Callable
 from benchmarks.common import Report, Sizes, machine
 from benchmarks.suites import (
     approvals,
+    console,
     delegation,
     graphs,
     growth,
@@ -35,6 +36,7 @@ SUITES: dict[str, Callable[[Sizes, Report], None]] = {
     "graphs": graphs.run,
     "retention": retention.run,
     "schedules": schedules.run,
+    "console": console.run,
 }
 
 

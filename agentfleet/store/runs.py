@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, Connection, DateTime, func, select
+from sqlalchemy import JSON, Connection, DateTime, Select, func, select, tuple_
 
 from agentfleet.hooks.base import Transition, current_step
 from agentfleet.loop.states import RunState, can_transition
@@ -189,6 +189,16 @@ class Runs(StoreBase):
         """Runs newest first (``created_at, run_id`` descending), by agent, state, creation time or goal id.
         ``before``: the page after the run with this ``(created_at, run_id)`` (a keyset, not an offset: a page
         costs the same however deep it is, read from an index in order — migration 0019)."""
+        stmt = self.runs_query(agent=agent, states=states, since=since, until=until, goal_id=goal_id, before=before,
+                               limit=limit)
+        with self.reading() as conn:
+            return [RunRecord.from_row(r) for r in conn.execute(stmt).all()]
+
+    @staticmethod
+    def runs_query(*, agent: str | None = None, states: Sequence[str] = (), since: datetime | None = None,
+                   until: datetime | None = None, goal_id: str | None = None,
+                   before: tuple[datetime, str] | None = None, limit: int = 50) -> Select[Any]:
+        """The statement ``list_runs`` runs (tests read its plan: an index in order, never a sort of the table)."""
         c = T.runs.c
         stmt = select(T.runs).order_by(c.created_at.desc(), c.run_id.desc()).limit(limit)
         if agent:
@@ -201,11 +211,9 @@ class Runs(StoreBase):
             stmt = stmt.where(c.created_at < until)
         if goal_id:
             stmt = stmt.where(c.goal_id == goal_id)
-        if before is not None:
-            at, run_id = before
-            stmt = stmt.where((c.created_at < at) | ((c.created_at == at) & (c.run_id < run_id)))
-        with self.reading() as conn:
-            return [RunRecord.from_row(r) for r in conn.execute(stmt).all()]
+        if before is not None:  # a row comparison: an index range, where an OR of two conditions is a filter
+            stmt = stmt.where(tuple_(c.created_at, c.run_id) < tuple_(*before))
+        return stmt
 
     def recent_runs(self, limit: int) -> list[dict[str, Any]]:
         """The newest ``limit`` runs' time, state, tokens and cost (what a chart of runs over time plots): read from

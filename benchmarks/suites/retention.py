@@ -12,34 +12,17 @@ import threading
 import time
 from datetime import timedelta
 
-from sqlalchemy import Table, text
+from sqlalchemy import text
 
 from agentfleet.roles.retention import PruneReport, cutoffs, prune
 from agentfleet.store import tables as T
 from agentfleet.store.records import now
-from benchmarks.common import ONE_EACH, Fleet, Report, Sizes, fleet
+from benchmarks.common import ONE_EACH, Fleet, Report, Sizes, clone_runs, fleet
 from benchmarks.suites.overhead import iteration_times_ms
 
 SUITE = "retention"
 SEEDS = 20
 LOAD_ITERATIONS = 5
-
-
-def _clone(f: Fleet, table: Table, seeds: list[str], copies: int, suffixed: tuple[str, ...]) -> None:
-    """``copies`` of the seed runs' rows in ``table``, with ``suffixed`` columns made unique per copy."""
-    names = [c.name for c in table.columns if c.name != "id"]
-    exprs = []
-    for name in names:
-        if name in suffixed:
-            exprs.append(f"t.{name} || '-c' || g")
-        elif name in ("updated_at", "created_at") and table is T.runs:
-            exprs.append(f"t.{name} - interval '40 days'")
-        else:
-            exprs.append(f"t.{name}")
-    sql = (f"INSERT INTO {table.name} ({', '.join(names)}) SELECT {', '.join(exprs)} FROM {table.name} t, "
-           f"generate_series(1, :copies) g WHERE t.run_id = ANY(:seeds)")
-    with f.store.engine.begin() as conn:
-        conn.execute(text(sql), {"copies": copies, "seeds": seeds})
 
 
 def _load(f: Fleet, runs: int) -> tuple[list[float], int]:
@@ -66,7 +49,8 @@ def run(sizes: Sizes, report: Report) -> None:
         for table, suffixed in ((T.runs, ("run_id", "goal_id")), (T.steps, ("run_id", "idempotency_key")),
                                 (T.messages, ("run_id",)), (T.observations, ("run_id",)), (T.audit, ("run_id",)),
                                 (T.processed_events, ("run_id", "event_id"))):
-            _clone(f, table, seeds, copies, suffixed)
+            clone_runs(f, table, seeds, copies, suffixed, {c: f"t.{c} - interval '40 days'"
+                                                           for c in ("updated_at", "created_at")})
         with f.store.engine.connect() as conn:
             conn.execute(text("ANALYZE"))
         _load(f, min(20, load_runs))  # warm-up
