@@ -12,19 +12,20 @@ COLOURS = ("#2f6fde", "#d9534f", "#3a9d5d", "#e0a100")
 
 
 def _scale(top: float) -> float:
-    return top if top > 0 else 1.0
+    return top if top > 0 else 1.0  # all zero: bars of no height, and the axis still says 0
 
 
 def bars(title: str, labels: Sequence[str], values: Sequence[float], *, unit: str = "",
          stacked: Sequence[float] | None = None) -> Markup:
     """A bar per value; ``stacked``: a second value per bar drawn over its base in the second colour (failed runs
     within all runs)."""
-    top = _scale(max(values, default=0.0))
+    highest = max(values, default=0.0)
+    top = _scale(highest)
     n = max(len(values), 1)
     step = (WIDTH - 2 * PAD) / n
     parts = [f'<svg class="chart" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" aria-label="{escape(title)}">',
              f'<text x="{PAD}" y="14" class="chart-title">{escape(title)}</text>',
-             f'<text x="{WIDTH - PAD}" y="14" text-anchor="end" class="chart-axis">max {_fmt(top)}{escape(unit)}'
+             f'<text x="{WIDTH - PAD}" y="14" text-anchor="end" class="chart-axis">max {_fmt(highest)}{escape(unit)}'
              '</text>']
     base = HEIGHT - PAD
     for i, v in enumerate(values):
@@ -44,12 +45,13 @@ def bars(title: str, labels: Sequence[str], values: Sequence[float], *, unit: st
 
 def lines(title: str, labels: Sequence[str], series: dict[str, Sequence[float]], *, unit: str = "") -> Markup:
     """One polyline per series over shared x labels, with a legend."""
-    top = _scale(max((v for vs in series.values() for v in vs), default=0.0))
+    highest = max((v for vs in series.values() for v in vs), default=0.0)
+    top = _scale(highest)
     n = max(max((len(vs) for vs in series.values()), default=0), 2)
     step = (WIDTH - 2 * PAD) / (n - 1)
     parts = [f'<svg class="chart" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" aria-label="{escape(title)}">',
              f'<text x="{PAD}" y="14" class="chart-title">{escape(title)}</text>',
-             f'<text x="{WIDTH - PAD}" y="14" text-anchor="end" class="chart-axis">max {_fmt(top)}{escape(unit)}'
+             f'<text x="{WIDTH - PAD}" y="14" text-anchor="end" class="chart-axis">max {_fmt(highest)}{escape(unit)}'
              '</text>']
     for k, (name, values) in enumerate(series.items()):
         colour = COLOURS[k % len(COLOURS)]

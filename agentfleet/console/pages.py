@@ -17,8 +17,9 @@ from agentfleet.console import charts
 from agentfleet.console.rendering import console_of, render
 from agentfleet.errors import AgentfleetError, BadQuery
 from agentfleet.loop.states import RunState, is_terminal
+from agentfleet.ops import actions
 from agentfleet.ops import activity as activity_ops
-from agentfleet.ops.approvals import pending_approvals
+from agentfleet.ops.approvals import approvals_of, pending_approvals
 from agentfleet.ops.durations import parse_since
 from agentfleet.ops.fleet import tools_view
 from agentfleet.ops.runs import RunsQuery, runs_page
@@ -70,9 +71,9 @@ def _run_context(request: Request) -> dict[str, Any] | None:
         return None
     for iteration in trace["iterations"]:  # a graph run's path: the edges judged and the nodes that failed
         iteration["why_lines"] = [line.strip() for line in why_lines(iteration.get("why") or [])]
-    approvals = [a.summary() for a in console.rt.store.approvals_of(run_id)]
+    approvals = approvals_of(console.rt.store, run_id)
     return {"trace": trace, "approvals": approvals, "ended": is_terminal(RunState(trace["state"])),
-            "actions": console.rt.store.actions(run_id=run_id, limit=50),
+            "actions": actions.recent(console.rt.store, run_id=run_id),
             "error": request.query_params.get("error"), "done": request.query_params.get("done")}
 
 
@@ -149,7 +150,7 @@ def activity(request: Request) -> Response:
     console = console_of(request)
     found = activity_ops.activity(console.rt.store)
     buckets = found["runs"]["buckets"]
-    labels = [b["at"].strftime("%H:%M") for b in buckets]
+    labels = [b["at"].strftime(activity_ops.time_format(found["runs"]["span_s"])) for b in buckets]
     samples = list(console.fleet.depths)
     depth_labels = [datetime.fromtimestamp(at, UTC).strftime("%H:%M:%S") for at, _ in samples]
     return render(

@@ -13,6 +13,7 @@ import asyncio
 import json
 import time
 from collections.abc import AsyncIterator, Callable, Hashable
+from typing import TYPE_CHECKING
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -20,7 +21,11 @@ from starlette.responses import StreamingResponse
 
 from agentfleet.console.live import Heard
 from agentfleet.console.rendering import NO_STORE, console_of
-from agentfleet.store.repository import Store
+from agentfleet.ops.approvals import pending_mark
+from agentfleet.ops.runs import newest_mark, tree_mark
+
+if TYPE_CHECKING:
+    from agentfleet.store.repository import Store
 
 CHECK_S = 1.0  # how often a stream looks at the checkpoint for changes no notice told of
 KEEPALIVE_S = 15.0  # a comment line this often keeps proxies from closing a quiet stream
@@ -67,11 +72,7 @@ def _stream(request: Request, look: Callable[[Store], Hashable], hears: Callable
 
 def runs_events(request: Request) -> StreamingResponse:
     """The runs list: a new run, or a run of the first page moving on."""
-
-    def look(store: Store) -> Hashable:
-        return tuple((r.run_id, r.state.value, r.version) for r in store.list_runs(limit=50))
-
-    return _stream(request, look, lambda h: h.type.startswith(("run.", "step.", "tool.", "approval.")))
+    return _stream(request, newest_mark, lambda h: h.type.startswith(("run.", "step.", "tool.", "approval.")))
 
 
 def run_events(request: Request) -> StreamingResponse:
@@ -80,11 +81,8 @@ def run_events(request: Request) -> StreamingResponse:
     trace: dict[str, str | None] = {"id": None}
 
     def look(store: Store) -> Hashable:
-        run = store.get_run(run_id)
-        if run is None:
-            return None
-        trace["id"] = run.trace_id
-        return tuple((r.run_id, r.state.value, r.version, r.iteration) for r in store.runs_in_trace(run.trace_id))
+        trace["id"], mark = tree_mark(store, run_id)
+        return mark
 
     def hears(h: Heard) -> bool:
         return h.run_id == run_id or (h.trace_id is not None and h.trace_id == trace["id"])
@@ -94,10 +92,4 @@ def run_events(request: Request) -> StreamingResponse:
 
 def approvals_events(request: Request) -> StreamingResponse:
     """The approvals page: a request asked or answered."""
-
-    def look(store: Store) -> Hashable:
-        return tuple(r.approval_id for r in store.pending_approvals(limit=200))
-
-    return _stream(request, look, lambda h: h.type.startswith("approval."))
-
-
+    return _stream(request, pending_mark, lambda h: h.type.startswith("approval."))

@@ -43,6 +43,11 @@ def record(store: Store, *, actor: str, via: Via, action: str, target: str, outc
         log.warning("operator action not recorded: %s", exc, extra={"action": action, "target": target})
 
 
+def recent(store: Store, *, run_id: str | None = None, limit: int = 50) -> list[dict[str, Any]]:
+    """The operators' trail, newest first: a run's own, or everyone's."""
+    return store.actions(run_id=run_id, limit=limit)
+
+
 def answer_approval(rt: Runtime, *, run_id: str, call_id: str, decision: str, by: str, via: Via,
                     note: str | None = None, arguments: dict[str, Any] | None = None,
                     publish: bool = True) -> ApprovalAnswer:

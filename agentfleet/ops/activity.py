@@ -47,20 +47,38 @@ def runs_over_time(runs: list[dict[str, Any]], buckets: int = BUCKETS) -> dict[s
     return {"start": start, "end": end, "span_s": span, "buckets": rows}
 
 
-def latency(durations: list[tuple[str, float]]) -> dict[str, dict[str, float | int | None]]:
-    """p50, p90 and p99 of model turns (``plan``) and tool calls (``tool``), in ms, with how many were read."""
+def latency(steps: list[dict[str, Any]]) -> dict[str, dict[str, float | int | None]]:
+    """p50, p90 and p99 in ms, with how many were read, of model turns (``plan``), tool calls (``tool``) and whole
+    iterations (``iteration``: from one model turn's start to the next one's in the same run: the turn, its calls,
+    the observation and every hop between)."""
     found: dict[str, dict[str, float | int | None]] = {}
     for kind in ("plan", "tool"):
-        values = sorted(ms for k, ms in durations if k == kind)
-        found[kind] = {"count": len(values), "p50": percentile(values, 50), "p90": percentile(values, 90),
-                       "p99": percentile(values, 99)}
+        found[kind] = _percentiles(sorted(s["duration_ms"] for s in steps if s["kind"] == kind))
+    starts: dict[str, dict[int, datetime]] = {}
+    for s in steps:
+        if s["kind"] == "plan":
+            starts.setdefault(s["run_id"], {})[s["iteration"]] = s["started_at"]
+    gaps = [(turns[i + 1] - turns[i]).total_seconds() * 1000 for turns in starts.values() for i in turns
+            if i + 1 in turns]
+    found["iteration"] = _percentiles(sorted(gaps))
     return found
+
+
+def _percentiles(values: list[float]) -> dict[str, float | int | None]:
+    return {"count": len(values), "p50": percentile(values, 50), "p90": percentile(values, 90),
+            "p99": percentile(values, 99)}
 
 
 def activity(store: Store, *, runs: int = RECENT_RUNS, steps: int = RECENT_STEPS) -> dict[str, Any]:
     recent = store.recent_runs(runs)
-    return {"runs": runs_over_time(recent), "runs_read": len(recent), "latency": latency(
-        store.recent_step_durations(steps))}
+    return {"runs": runs_over_time(recent), "runs_read": len(recent), "latency": latency(store.recent_steps(steps))}
+
+
+def time_format(span_s: float) -> str:
+    """How a chart labels its buckets: seconds for a short window, dates for a long one."""
+    if span_s < 3600:
+        return "%H:%M:%S"
+    return "%H:%M" if span_s < 86400 else "%m-%d %H:%M"
 
 
 def window_label(start: datetime | None, end: datetime | None) -> str:

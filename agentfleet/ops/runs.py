@@ -79,3 +79,17 @@ def runs_page(store: Store, query: RunsQuery) -> RunsPage:
     shown = found[: query.limit]
     more = len(found) > query.limit
     return RunsPage([run_row(r) for r in shown], encode_cursor(shown[-1]) if more and shown else None)
+
+
+def newest_mark(store: Store) -> tuple[Any, ...]:
+    """What changes when a run is created, or a run of the newest page moves (a live runs list redraws then)."""
+    return tuple((r.run_id, r.state.value, r.version) for r in store.list_runs(limit=PAGE_SIZE))
+
+
+def tree_mark(store: Store, run_id: str) -> tuple[str | None, tuple[Any, ...]]:
+    """The run's trace id and what changes when any run of its tree moves (a live run page redraws then)."""
+    run = store.get_run(run_id)
+    if run is None:
+        return None, ()
+    return run.trace_id, tuple((r.run_id, r.state.value, r.version, r.iteration)
+                               for r in store.runs_in_trace(run.trace_id))

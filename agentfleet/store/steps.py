@@ -8,7 +8,7 @@ from sqlalchemy import Connection, select, update
 
 from agentfleet.store import tables as T
 from agentfleet.store.base import StoreBase
-from agentfleet.store.records import StepRecord, now
+from agentfleet.store.records import StepRecord, as_utc, now
 from agentfleet.store.sql import Sql, defer, execute
 
 # The intent, or one more attempt at it: one statement either way. A finished step is left as it is (no row
@@ -79,13 +79,16 @@ class Steps(StoreBase):
             rows = conn.execute(select(T.steps).where(T.steps.c.run_id == run_id).order_by(T.steps.c.id)).all()
         return [dict(r._mapping) for r in rows]
 
-    def recent_step_durations(self, limit: int) -> list[tuple[str, float]]:
-        """The newest ``limit`` finished steps' kind (plan or tool) and duration in ms, newest first: read backwards
-        along the primary key, so the cost is the limit's, not the table's."""
-        stmt = (select(T.steps.c.kind, T.steps.c.duration_ms).where(T.steps.c.duration_ms.is_not(None))
-                .order_by(T.steps.c.id.desc()).limit(limit))
+    def recent_steps(self, limit: int) -> list[dict[str, Any]]:
+        """The newest ``limit`` finished steps (run, iteration, kind, start, duration in ms), newest first: read
+        backwards along the primary key, so the cost is the limit's, not the table's."""
+        c = T.steps.c
+        stmt = (select(c.run_id, c.iteration, c.kind, c.started_at, c.duration_ms).where(c.duration_ms.is_not(None))
+                .order_by(c.id.desc()).limit(limit))
         with self.reading() as conn:
-            return [(str(kind), float(ms)) for kind, ms in conn.execute(stmt).all()]
+            return [{"run_id": r.run_id, "iteration": r.iteration, "kind": str(r.kind),
+                     "started_at": as_utc(r.started_at), "duration_ms": float(r.duration_ms)}
+                    for r in conn.execute(stmt).all()]
 
     def set_step_input(self, conn: Connection, key: str, value: Any) -> None:
         conn.execute(update(T.steps).where(T.steps.c.idempotency_key == key).values(input=value))

@@ -29,7 +29,7 @@ from agentfleet.roles.runtime import runtime_for
 from agentfleet.store import Store, make_engine
 from agentfleet.workers.app import create_app
 from tests.conftest import BROKER_URL, REDIS_URL, ROOT, TEST_AGENTS, WorkerProcs, require
-from tests.helpers import eventually
+from tests.helpers import AmqpClient, eventually
 
 pytestmark = [pytest.mark.integration, pytest.mark.browser]
 
@@ -220,7 +220,14 @@ def test_a_post_without_its_csrf_token_is_refused(page: Any, fleet: Fleet) -> No
 def test_no_page_holds_the_canary_secret(page: Any, fleet: Fleet) -> None:
     run_id = fleet.submit("payer", {"calls": [["p", "pay", {"payee": "acme", "amount": 9, "token": CANARY}]]})
     eventually(lambda: any(a.run_id == run_id for a in fleet.store.pending_approvals()), timeout=60)
-    pages = ["/runs", f"/runs/{run_id}", "/approvals", "/dlq", "/fleet", "/activity",
+    client = AmqpClient()  # and a goal the inbox refuses (no such agent), dead-lettered with the canary in its body
+    client.publish_goal(fleet.env["AGENTFLEET_NAMESPACE"], "goal.nobody",
+                        {"agent": "nobody", "input": {"token": CANARY}, "goal_id": uuid.uuid4().hex})
+    page.goto(f"{fleet.base}/dlq")
+    eventually(lambda: page.reload() or page.query_selector("a[href^='/dlq/']"), timeout=30,
+               message="the refused goal is a dead letter")
+    letter = page.get_attribute("a[href^='/dlq/']", "href")
+    pages = ["/runs", f"/runs/{run_id}", "/approvals", "/dlq", letter, "/fleet", "/activity",
              f"/runs?goal={fleet.store.get_run(run_id).goal_id}"]  # type: ignore[union-attr]
     for path in pages:
         page.goto(f"{fleet.base}{path}")
@@ -228,3 +235,4 @@ def test_no_page_holds_the_canary_secret(page: Any, fleet: Fleet) -> None:
         assert CANARY not in html.unescape(page.content()), path
         if path in ("/fleet", "/activity", "/dlq"):
             shot(page, path.strip("/"))
+    assert "nobody" in page.goto(f"{fleet.base}{letter}").text()  # the letter's page shows the body, masked
