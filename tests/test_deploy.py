@@ -21,7 +21,7 @@ def compose() -> dict[str, Any]:
 
 def test_every_service_is_there_with_an_image_a_restart_policy_and_a_healthcheck() -> None:
     services = compose()["services"]
-    assert set(services) == {"rabbitmq", "postgres", "redis", "migrate", *ROLES, "flower", "prometheus", "grafana"}
+    assert set(services) == {"rabbitmq", "postgres", "redis", "migrate", *ROLES, "flower", "console", "prometheus", "grafana"}
     for name, service in services.items():
         assert service.get("image"), name
         assert service.get("restart") == ("no" if name == "migrate" else "unless-stopped"), name
@@ -54,7 +54,7 @@ def test_every_variable_in_env_reaches_every_fleet_process_and_never_the_image()
     """Containment 21: compose passed only the 16 variables it named; AGENTFLEET_APPROVAL_RULES, _HOOKS,
     _REDACT_VALUES, _OTEL_EXPORTER, _AUDIT_LOG and a tool's own key never reached the workers."""
     services = compose()["services"]
-    for name in (*ROLES, "flower", "migrate"):
+    for name in (*ROLES, "flower", "console", "migrate"):
         assert services[name].get("env_file") == [".env"], name
     ignored = (ROOT / ".dockerignore").read_text().splitlines()
     assert ".env" in ignored and "!.env.example" in ignored

@@ -67,26 +67,40 @@ class Subscription:
             self.queue.put_nowait(heard)
 
 
-class PublicFeed:
-    """The console's one reader of ``<ns>.public`` and sampler of queue depths."""
+class _Background:
+    """A daemon thread running ``_run`` from ``start`` until ``stop`` (which ``_run`` watches in ``_stop``)."""
 
-    def __init__(self, rt: Runtime) -> None:
-        self.rt = rt
-        self._subscribers: set[Subscription] = set()
-        self._lock = threading.Lock()
+    thread_name = "console"
+
+    def __init__(self) -> None:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self.connected = threading.Event()
 
     def start(self) -> None:
         if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="console-feed", daemon=True)
+            self._thread = threading.Thread(target=self._run, name=self.thread_name, daemon=True)
             self._thread.start()
 
     def stop(self) -> None:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        raise NotImplementedError
+
+
+class PublicFeed(_Background):
+    """The console's one reader of ``<ns>.public``."""
+
+    thread_name = "console-feed"
+
+    def __init__(self, rt: Runtime) -> None:
+        super().__init__()
+        self.rt = rt
+        self._subscribers: set[Subscription] = set()
+        self._lock = threading.Lock()
+        self.connected = threading.Event()
 
     def subscribe(self) -> Subscription:
         sub = Subscription(asyncio.get_running_loop())
@@ -131,26 +145,17 @@ class PublicFeed:
                 self._stop.wait(RECONNECT_S)
 
 
-class FleetWatch:
+class FleetWatch(_Background):
     """The latest look at the fleet's workers (``ops.fleet.workers_view``) and the queue depths seen so far."""
 
+    thread_name = "console-fleet"
+
     def __init__(self, rt: Runtime, *, every_s: float = FLEET_LOOK_S) -> None:
+        super().__init__()
         self.rt, self.every_s = rt, every_s
         self.depths: deque[tuple[float, dict[str, int]]] = deque(maxlen=DEPTH_SAMPLES)
         self.latest: tuple[float, dict[str, Any]] | None = None
         self.problem: str | None = None
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def start(self) -> None:
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="console-fleet", daemon=True)
-            self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
 
     def look(self) -> tuple[float, dict[str, Any]] | None:
         """The latest look, or one taken now when there is none yet."""

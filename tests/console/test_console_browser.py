@@ -236,3 +236,24 @@ def test_no_page_holds_the_canary_secret(page: Any, fleet: Fleet) -> None:
         if path in ("/fleet", "/activity", "/dlq"):
             shot(page, path.strip("/"))
     assert "nobody" in page.goto(f"{fleet.base}{letter}").text()  # the letter's page shows the body, masked
+
+
+def test_a_dead_letter_is_replayed_and_a_role_scaled_from_their_pages(page: Any, fleet: Fleet) -> None:
+    page.goto(f"{fleet.base}/dlq")
+    letter = page.get_attribute("a[href^='/dlq/']", "href")  # the refused goal of the test before
+    page.goto(f"{fleet.base}{letter}")
+    page.click("form[action$='/replay'] button")
+    page.wait_for_url(re.compile(r".*/dlq\?done=.*"))
+    assert "replayed" in page.inner_text("p.done") or "sent" in page.inner_text("p.done"), page.inner_text("p.done")
+    [replayed] = [a for a in fleet.store.actions(limit=20) if a["action"] == "replay"][:1]
+    assert (replayed["actor"], replayed["via"], replayed["outcome"]) == ("ann", "console", "accepted")
+
+    page.goto(f"{fleet.base}/fleet")
+    section = page.wait_for_selector("#role-observer")
+    before = int(section.query_selector("input[name=total]").input_value())
+    section.query_selector("input[name=total]").fill(str(before + 2))
+    section.query_selector("button[type=submit]").click()
+    page.wait_for_selector("p.done")
+    assert f"{before} → {before + 2}" in page.inner_text("p.done")
+    [scaled] = [a for a in fleet.store.actions(limit=20) if a["action"] == "scale"][:1]
+    assert (scaled["target"], scaled["detail"]["total"], scaled["actor"]) == ("observer", before + 2, "ann")
