@@ -21,7 +21,8 @@ def compose() -> dict[str, Any]:
 
 def test_every_service_is_there_with_an_image_a_restart_policy_and_a_healthcheck() -> None:
     services = compose()["services"]
-    assert set(services) == {"rabbitmq", "postgres", "redis", "migrate", *ROLES, "flower", "console", "prometheus", "grafana"}
+    assert set(services) == {"rabbitmq", "postgres", "redis", "migrate", *ROLES, "flower", "console", "prometheus",
+                             "grafana"}
     for name, service in services.items():
         assert service.get("image"), name
         assert service.get("restart") == ("no" if name == "migrate" else "unless-stopped"), name

@@ -14,7 +14,7 @@ from agentfleet.config.settings import get_settings
 if TYPE_CHECKING:
     pass
 from agentfleet.cli.app import app
-from agentfleet.cli.common import _runtime, err, out
+from agentfleet.cli.common import err, out
 
 
 @app.command()
@@ -153,14 +153,15 @@ def scale(
     """Set a role's total pool size across its live workers, live (spread evenly); prints what each confirmed."""
     import dataclasses
 
-    from agentfleet.ops.actions import scale_role, who
+    from agentfleet.ops.actions import scale_role, trail, who
 
     if role not in C.ROLES:
         raise typer.BadParameter(f"role must be one of {', '.join(C.ROLES)}")
     if total < 1:
         raise typer.BadParameter("at least 1")
-    _control_plane()  # the broker answers (exit 69 naming it otherwise)
-    done = scale_role(_runtime(get_settings()), role, total, by=who(None), via="cli", timeout_s=timeout)
+    celery_app, topology = _control_plane()
+    done = scale_role(celery_app, topology, role, total, by=who(None), via="cli", store=trail(get_settings()),
+                      timeout_s=timeout)
     if as_json:
         print(json.dumps([dataclasses.asdict(r) for r in done]))
     else:

@@ -100,7 +100,8 @@ async def scale(request: Request) -> Response:
         return _back("/fleet", error=f"scale one of {', '.join(C.ROLES)} to 1..1000 threads")
     rt = console_of(request).rt
     try:
-        done = await _in_thread(lambda: actions.scale_role(rt, role, total, by=_actor(request), via="console"))
+        done = await _in_thread(lambda: actions.scale_role(rt.publisher.app, rt.topology, role, total,
+                                                           by=_actor(request), via="console", store=rt.store))
     except AgentfleetError as exc:
         return _back("/fleet", error=exc.message)
     return _back("/fleet", done="; ".join(f"{r.name}: {r.before} → {r.after if r.after is not None else '?'}"

@@ -107,18 +107,28 @@ def _on_letters(rt: Runtime, match: Any, *, by: str, via: Via, action: str, limi
     return done
 
 
-def scale_role(rt: Runtime, role: str, total: int, *, by: str, via: Via, timeout_s: float = 2.0) -> list[Any]:
-    """Set a role's total pool size over its live workers; what each worker confirmed."""
+def scale_role(app: Any, topology: Any, role: str, total: int, *, by: str, via: Via, store: Store,
+               timeout_s: float = 2.0) -> list[Any]:
+    """Set a role's total pool size over its live workers; what each worker confirmed. Needs the broker (and the
+    database for the record), not the agents' code: an operator's machine may not have it."""
     from agentfleet.ops.control import scale
 
     found: list[Any] = []
 
     def act() -> None:
-        found.extend(scale(rt.publisher.app, rt.topology, role, total, timeout_s))
+        found.extend(scale(app, topology, role, total, timeout_s))
 
-    _recorded(rt.store, by, via, "scale", role, {"total": total}, act,
+    _recorded(store, by, via, "scale", role, {"total": total}, act,
               result=lambda: {"workers": [{"name": r.name, "before": r.before, "after": r.after} for r in found]})
     return found
+
+
+def trail(settings: Any) -> Store:
+    """A store for the operators' trail alone, on the fleet's database, without the runtime (which loads the
+    agents' code)."""
+    from agentfleet.store import make_engine
+
+    return Store(make_engine(settings.effective_database_url))
 
 
 def _recorded(store: Store, by: str, via: Via, action: str, target: str, detail: dict[str, Any],

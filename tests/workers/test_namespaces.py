@@ -18,6 +18,7 @@ from kombu import Connection
 from agentfleet import constants as C
 from agentfleet.config.settings import Settings
 from agentfleet.events.topology import Topology
+from agentfleet.store import Store
 from agentfleet.workers.app import create_app
 from agentfleet.workers.processes import WorkerProcesses
 from tests.conftest import BROKER_URL, REDIS_URL, ROOT, WorkerProcs
@@ -31,7 +32,7 @@ def app_for(namespace: str):  # type: ignore[no-untyped-def]
 
 
 def test_two_namespaces_on_one_broker_see_and_touch_only_their_own_workers(
-        workers: WorkerProcs, namespace: str, tmp_path: Path) -> None:
+        workers: WorkerProcs, namespace: str, tmp_path: Path, store: Store) -> None:
     other = f"aftest-{uuid.uuid4().hex[:8]}"
     theirs = WorkerProcesses({**workers.env, "AGENTFLEET_NAMESPACE": other}, tmp_path / "other-logs", cwd=ROOT)
     try:
@@ -70,6 +71,8 @@ def test_two_namespaces_on_one_broker_see_and_touch_only_their_own_workers(
         assert set(listed["queue_depths"]) == set(C.ROLES)
         scaled = cli(ops_env, "scale", "executor", "3", "--json")
         assert scaled.returncode == 0 and [r["after"] for r in json.loads(scaled.stdout)] == [3], scaled.stderr
+        [kept] = [a for a in store.actions(limit=50) if a["action"] == "scale" and a["via"] == "cli"][:1]
+        assert (kept["target"], kept["outcome"], kept["detail"]["total"]) == ("executor", "accepted", 3)
         listed = json.loads(cli(theirs.env, "workers", "--json").stdout)  # the other namespace: untouched
         assert [(w["name"], w["size"]) for w in listed["workers"]] == [(theirs.name(C.EXECUTOR, 0), 8)]
 
