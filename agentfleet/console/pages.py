@@ -66,7 +66,7 @@ def runs_table(request: Request) -> Response:
 def _run_context(request: Request) -> dict[str, Any] | None:
     console = console_of(request)
     run_id = request.path_params["run_id"]
-    trace = trace_of(console.rt.store, run_id, console.rt.agents)
+    trace = trace_of(console.rt.store, run_id, console.rt.agents, with_text=True)
     if trace is None:
         return None
     for iteration in trace["iterations"]:  # a graph run's path: the edges judged and the nodes that failed

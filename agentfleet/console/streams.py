@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
 from collections.abc import AsyncIterator, Callable, Hashable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -32,13 +33,48 @@ KEEPALIVE_S = 15.0  # a comment line this often keeps proxies from closing a qui
 SETTLE_S = 0.2  # notices in a burst (a step's three) are told as one change
 
 
-def _stream(request: Request, look: Callable[[Store], Hashable], hears: Callable[[Heard], bool]) -> StreamingResponse:
+class SharedLooks:
+    """One look at the checkpoint per view and second, however many pages show that view: a hundred people on
+    the runs list cost the database what one does."""
+
+    def __init__(self, fresh_s: float = CHECK_S * 0.9) -> None:
+        self.fresh_s = fresh_s
+        self._seen: dict[Hashable, tuple[float, Hashable]] = {}
+        self._lock = threading.Lock()
+
+    def peek(self, key: Hashable) -> Any:
+        with self._lock:
+            found = self._seen.get(key)
+        return None if found is None else found[1]
+
+    def look(self, key: Hashable, store: Store, look: Callable[[Store], Hashable]) -> Hashable:
+        with self._lock:
+            found = self._seen.get(key)
+        if found is not None and time.monotonic() - found[0] < self.fresh_s:
+            return found[1]
+        value = look(store)
+        with self._lock:
+            self._seen[key] = (time.monotonic(), value)
+            if len(self._seen) > 1000:  # views nobody watches any more
+                cutoff = time.monotonic() - 60
+                self._seen = {k: v for k, v in self._seen.items() if v[0] > cutoff}
+        return value
+
+
+LOOKS = SharedLooks()
+
+
+def _stream(request: Request, key: Hashable, look: Callable[[Store], Hashable], hears: Callable[[Heard], bool]
+            ) -> StreamingResponse:
     console = console_of(request)
+
+    def shared(store: Store) -> Hashable:
+        return LOOKS.look(key, store, look)
 
     async def events() -> AsyncIterator[str]:
         sub = console.feed.subscribe()
         try:
-            seen = await run_in_threadpool(look, console.rt.store)
+            seen = await run_in_threadpool(shared, console.rt.store)
             yield "retry: 2000\n\n"
             last_check = last_sent = time.monotonic()
             while not await request.is_disconnected():
@@ -54,7 +90,7 @@ def _stream(request: Request, look: Callable[[Store], Hashable], hears: Callable
                         sub.queue.get_nowait()
                 if time.monotonic() - last_check >= CHECK_S or changed:
                     last_check = time.monotonic()
-                    now_seen = await run_in_threadpool(look, console.rt.store)
+                    now_seen = await run_in_threadpool(shared, console.rt.store)
                     changed = changed or now_seen != seen
                     seen = now_seen
                 if changed:
@@ -72,24 +108,21 @@ def _stream(request: Request, look: Callable[[Store], Hashable], hears: Callable
 
 def runs_events(request: Request) -> StreamingResponse:
     """The runs list: a new run, or a run of the first page moving on."""
-    return _stream(request, newest_mark, lambda h: h.type.startswith(("run.", "step.", "tool.", "approval.")))
+    return _stream(request, "runs", newest_mark, lambda h: h.type.startswith(("run.", "step.", "tool.", "approval.")))
 
 
 def run_events(request: Request) -> StreamingResponse:
     """One run's page: anything said of the runs of its trace (its tree)."""
     run_id = request.path_params["run_id"]
-    trace: dict[str, str | None] = {"id": None}
-
-    def look(store: Store) -> Hashable:
-        trace["id"], mark = tree_mark(store, run_id)
-        return mark
+    key = ("run", run_id)
 
     def hears(h: Heard) -> bool:
-        return h.run_id == run_id or (h.trace_id is not None and h.trace_id == trace["id"])
+        seen = LOOKS.peek(key)  # (the run's trace id, its tree's mark), from the latest look
+        return h.run_id == run_id or (h.trace_id is not None and seen is not None and h.trace_id == seen[0])
 
-    return _stream(request, look, hears)
+    return _stream(request, key, lambda store: tree_mark(store, run_id), hears)
 
 
 def approvals_events(request: Request) -> StreamingResponse:
     """The approvals page: a request asked or answered."""
-    return _stream(request, pending_mark, lambda h: h.type.startswith("approval."))
+    return _stream(request, "approvals", pending_mark, lambda h: h.type.startswith("approval."))

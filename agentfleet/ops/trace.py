@@ -69,8 +69,10 @@ def _tool_call(step: dict[str, Any], schema: dict[str, Any] | None) -> dict[str,
             "worker": step.get("worker"), "attempts": step.get("attempts")}
 
 
-def trace_of(store: Store, run_id: str, agents: AgentRegistry | None = None) -> dict[str, Any] | None:
-    """The run's timeline by iteration, its transitions and its end; None if there is no such run."""
+def trace_of(store: Store, run_id: str, agents: AgentRegistry | None = None, *, with_text: bool = False
+             ) -> dict[str, Any] | None:
+    """The run's timeline by iteration, its transitions and its end; None if there is no such run. ``with_text``:
+    each model turn also carries the head of what the model said in words (the console shows it)."""
     run = store.get_run(run_id)
     if run is None:
         return None
@@ -87,6 +89,10 @@ def trace_of(store: Store, run_id: str, agents: AgentRegistry | None = None) -> 
         for said in _graph_reasons(store.transcript(run_id)):
             if said["step"] in iterations:
                 iterations[said["step"]]["why"] = said["path"]
+    elif with_text:  # what the model said in words, beside its calls (a graph's turn text is its path, above)
+        for iteration, text in store.turn_texts(run_id).items():
+            if iteration in iterations and iterations[iteration]["model"] is not None:
+                iterations[iteration]["model"]["text"] = text
     transitions = [{"at": _iso(t["at"]), "from": t["from_state"], "to": t["to_state"], "event": t["event_type"],
                     "reason": t["reason"], "worker": t["worker"], "step_ms": t["step_duration_ms"]}
                    for t in store.audit_trail(run_id)]

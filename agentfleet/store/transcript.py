@@ -75,6 +75,21 @@ class Transcripts(StoreBase):
             rows = execute(conn, SOURCE_MESSAGES, {"run_id": run_id, "through": iteration}).rows
         return [Message.model_validate_json(body) for it, body in rows if it == iteration]
 
+    def turn_texts(self, run_id: str, head: int = 500) -> dict[int, str]:
+        """What the model said in words at each iteration of a run (the head of its turn's text; a turn of calls
+        only has none), for people reading the run. Its own messages, not its lineage's."""
+        with self.reading() as conn:
+            rows = execute(conn, NEW_MESSAGES, {"run_id": run_id, "after": -1}).rows
+        said: dict[int, str] = {}
+        for iteration, body in rows:
+            try:
+                message = Message.model_validate_json(body)
+            except ValueError:  # a row that is not a message is not shown (the trace is a view)
+                continue
+            if message.role == "assistant" and message.content and iteration not in said:
+                said[iteration] = message.content[:head]
+        return said
+
     def lineage_history(self, lineage: dict[str, Any] | None) -> History:
         """The transcript a retried or forked run starts from: its source's messages through the iteration its
         lineage names, after the source's own start (recursively). Read by reference, never copied: an ended

@@ -31,3 +31,19 @@ def test_a_stream_that_falls_behind_loses_notices_not_memory() -> None:
         return sub.queue.qsize()
 
     assert asyncio.run(flood()) == SUBSCRIBER_BACKLOG
+
+
+def test_many_pages_of_one_view_cost_one_look_a_second() -> None:
+    from agentfleet.console.streams import SharedLooks
+
+    looks = SharedLooks(fresh_s=60)
+    calls: list[int] = []
+
+    def look(store: object) -> int:
+        calls.append(1)
+        return len(calls)
+
+    assert [looks.look("runs", None, look) for _ in range(100)] == [1] * 100  # type: ignore[arg-type]
+    assert looks.look("approvals", None, look) == 2  # type: ignore[arg-type]
+    assert looks.peek("runs") == 1 and looks.peek("nothing") is None
+    assert SharedLooks(fresh_s=0).look("runs", None, look) == 3  # type: ignore[arg-type]

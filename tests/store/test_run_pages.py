@@ -68,3 +68,18 @@ def test_a_page_after_a_cursor_starts_right_after_it(store: Store, many_runs: li
     deep = many_runs[2500]
     page = store.list_runs(before=(deep["created_at"], deep["run_id"]), limit=3)
     assert [r.run_id for r in page] == [r["run_id"] for r in many_runs[2501:2504]]
+
+
+def test_what_the_model_said_is_read_per_iteration_and_a_row_that_is_no_message_is_skipped(store: Store) -> None:
+    from agentfleet.loop.transcript import Message
+
+    run_id = f"said-{uuid.uuid4().hex}"
+    with store.tx() as conn:
+        store.create_run(conn, run_id=run_id, agent="a", goal_id=run_id, trace_id="t", input={}, limits={})
+        store.append_messages(conn, run_id, 0, [Message(role="user", content="go"),
+                                                Message(role="assistant", content="I will look first." + "x" * 900)])
+        store.append_messages(conn, run_id, 1, [Message(role="assistant", content=None)])
+    with store.engine.begin() as conn:
+        conn.execute(insert(T.messages).values(run_id=run_id, iteration=2, position=0, body={"role": "martian"}))
+    said = store.turn_texts(run_id, head=20)
+    assert said == {0: "I will look first.xx"}
