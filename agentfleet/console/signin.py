@@ -10,7 +10,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from agentfleet.console.auth import SESSION_USER
+from agentfleet.console.auth import SESSION_USER, is_loopback
 from agentfleet.console.forms import checked_form, text
 from agentfleet.console.rendering import console_of, render, user_of
 
@@ -50,6 +50,12 @@ async def logout(request: Request) -> Response:
     return RedirectResponse("/login", status_code=303)
 
 
+def _loopback_host(scope: Scope) -> bool:
+    host = next((v.decode("latin-1") for k, v in scope.get("headers", []) if k == b"host"), "")
+    name = host.rsplit(":", 1)[0] if not host.startswith("[") else host[1:].split("]", 1)[0]
+    return is_loopback(name)
+
+
 class SignInRequired:
     """Every path but sign-in, health and static files needs a signed-in session when the console has
     credentials; a page asked for is sent to sign-in and back, anything else is answered 401."""
@@ -63,6 +69,12 @@ class SignInRequired:
             return
         path: str = scope["path"]
         console = scope["app"].state.console
+        if not console.credentials.required and not _loopback_host(scope):
+            # No sign-in is safe only for this machine: a page of another site whose name was rebound to 127.0.0.1
+            # (DNS rebinding) would otherwise read the console as its own origin.
+            await PlainTextResponse("without sign-in the console answers loopback names only", 403)(
+                scope, receive, send)
+            return
         signed_in = isinstance(scope.get("session", {}).get(SESSION_USER), str)
         if path in OPEN_PATHS or path.startswith("/static/") or signed_in or not console.credentials.required:
             await self.app(scope, receive, send)

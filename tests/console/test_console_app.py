@@ -99,6 +99,19 @@ def test_every_page_sends_a_stranger_to_sign_in_and_every_stream_and_post_answer
     assert stranger.get("/healthz").status_code == 200
 
 
+def test_without_credentials_it_serves_loopback_names_to_anyone_and_nothing_else(fleet: EmbeddedFleet) -> None:
+    settings = get_settings().model_copy(update={"console_credentials": None})
+    app = create_console(settings, fleet.runtime)
+    local = TestClient(app, base_url="http://127.0.0.1:5580", follow_redirects=False)
+    page = local.get("/runs")
+    assert page.status_code == 200 and "(local console)" in page.text and "sign out" not in page.text
+    assert local.post("/fleet/scale", data={"role": "planner", "total": "2"}).status_code == 403  # CSRF still
+    assert TestClient(app, base_url="http://localhost", follow_redirects=False).get("/runs").status_code == 200
+    assert TestClient(app, base_url="http://[::1]:5580", follow_redirects=False).get("/runs").status_code == 200
+    rebound = TestClient(app, base_url="http://evil.example:5580", follow_redirects=False)
+    assert rebound.get("/runs").status_code == 403  # DNS rebinding: another site's name pointed at 127.0.0.1
+
+
 def test_a_wrong_password_is_refused_and_the_right_one_signs_in(console: TestClient) -> None:
     client = TestClient(console.app, follow_redirects=False)
     refused = sign_in(client, "ann", "wrong-password")
