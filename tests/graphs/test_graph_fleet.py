@@ -83,3 +83,20 @@ def test_a_graph_node_a_person_approves_and_a_node_over_its_time(fleet) -> None:
     assert out["total"] == 0 + 1 + 4 + 9 and out["shipped"] == "shipped 14" and out["napped"] == ""
     [napped] = [s for s in fleet.store.steps(run_id) if s["name"] == "node_nap"]
     assert napped["output"]["error_code"] == "TIMEOUT"
+
+
+def test_the_console_shows_a_graph_runs_path_and_its_agent_nodes_child_run(fleet) -> None:  # type: ignore[no-untyped-def]
+    import html
+
+    from starlette.testclient import TestClient
+
+    from agentfleet.config.settings import get_settings
+    from agentfleet.console.app import create_console
+
+    run = wait_for_run(fleet.store, fleet.submit({"agent": "tidy", "input": {"source": MESSY}}))
+    console = TestClient(create_console(get_settings(), fleet.runtime), base_url="http://127.0.0.1")
+    page = html.unescape(console.get(f"/runs/{run.run_id}").text)
+    [child] = fleet.store.children(run.run_id)
+    assert f'data-tree-run="{child.run_id}"' in page and "tidier" in page
+    assert "edge lint → fix" in page and "taken" in page  # the path: which edges were judged, and how
+    assert "node_count_lines" in page and "node_count_words" in page
