@@ -1,2 +1,3 @@
-"""The operator API the CLI (and a console) share: submit and follow goals, trace runs, dead letters, control of
-the workers. Reads through the store and the broker; prints nothing."""
+"""The operator API the CLI, the console and the Python client share: submit and follow goals, pages of runs, trace
+runs, approvals, dead letters, control of the workers, activity, and every operator action (``actions``, each
+recorded with who did it). Reads through the store and the broker; prints nothing."""
