@@ -37,11 +37,18 @@ class Resized:
 
 
 def live_workers(app: Celery, topology: Topology, timeout_s: float = 2.0) -> list[LiveWorker]:
-    """Every worker of the namespace that answers within ``timeout_s``, by name."""
-    inspect = app.control.inspect(timeout=timeout_s)
-    stats: dict[str, Any] = inspect.stats() or {}
-    queues: dict[str, Any] = inspect.active_queues() or {}
-    active: dict[str, Any] = inspect.active() or {}
+    """Every worker of the namespace that answers within ``timeout_s``, by name.
+
+    A broadcast has no count of who will answer, so Celery waits out the timeout: the first question (stats) does,
+    and the two after it are put to the workers that answered it alone, and return once each has answered (what
+    made ``workers`` and ``scale`` wait three timeouts a look)."""
+    stats: dict[str, Any] = app.control.inspect(timeout=timeout_s).stats() or {}
+    queues: dict[str, Any] = {}
+    active: dict[str, Any] = {}
+    if stats:
+        known = app.control.inspect(destination=sorted(stats), timeout=timeout_s, limit=len(stats))
+        queues = known.active_queues() or {}
+        active = known.active() or {}
     role_of = {q.name: role for role, q in topology.role_queues.items()}
     dedicated = C.tool_queue_name(topology.namespace, "")
     found = []
