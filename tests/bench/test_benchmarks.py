@@ -10,7 +10,7 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.mark.parametrize("suite", ["overhead", "throughput", "recovery", "growth", "in_flight",
-                                   "delegation", "approvals", "profile", "retention", "schedules"])
+                                   "delegation", "approvals", "profile", "retention", "schedules", "console"])
 def test_each_benchmark_suite_runs_on_a_tiny_size(suite: str) -> None:
     require("rabbitmq", "postgres", "redis")
     from benchmarks import run as bench
@@ -36,6 +36,10 @@ def test_each_benchmark_suite_runs_on_a_tiny_size(suite: str) -> None:
         assert figures["kills"] == 1
     if suite == "in_flight":
         assert figures["parked_runs"] == sizes.parked_runs
+    if suite == "console":  # every page was fetched, with the copies in the database
+        assert figures["runs_in_database"] >= sizes.console_runs
+        assert {"runs_median_ms", "run_median_ms", "approvals_median_ms", "activity_median_ms", "fleet_median_ms",
+                "dlq_median_ms", "runs_by_goal_id_median_ms"} <= set(figures)
     if suite == "delegation":
         assert figures["waiting_parents"] == sizes.waiting_parents
     if suite == "approvals":
