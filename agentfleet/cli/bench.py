@@ -23,8 +23,8 @@ from agentfleet.cli.common import err, out
 @app.command()
 def bench(
     suite: Annotated[str | None, typer.Argument(help="overhead | throughput | recovery | growth | in_flight | graphs | "
-                                                     "delegation | "
-                                                     "approvals | profile (default: all)")] = None,
+                                                     "delegation | approvals | profile | retention | schedules | "
+                                                     "console (default: all)")] = None,
     quick: Annotated[bool, typer.Option("--quick", help="Small sizes, for development")] = False,
     output: Annotated[str, typer.Option(help="Where to write the figures as JSON")] = "benchmarks/results/latest.json",
 ) -> None:
