@@ -18,6 +18,7 @@ from starlette.staticfiles import StaticFiles
 from agentfleet.config.settings import Settings
 from agentfleet.console import actions, pages, signin, streams
 from agentfleet.console.auth import Credentials
+from agentfleet.console.limits import BodyLimit
 from agentfleet.console.live import FleetWatch, PublicFeed
 from agentfleet.console.rendering import HERE, NO_STORE, Console
 from agentfleet.roles.runtime import Runtime
@@ -75,6 +76,7 @@ def create_console(settings: Settings, rt: Runtime, *, feed: PublicFeed | None =
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
     middleware = [
+        Middleware(BodyLimit),  # outermost: nothing reads a body before its size is known to be bounded
         Middleware(SessionMiddleware, secret_key=key, session_cookie=SESSION_COOKIE, max_age=SESSION_MAX_AGE_S,
                    same_site="strict", https_only=False),
         Middleware(signin.SignInRequired),

@@ -288,3 +288,21 @@ def test_edits_keep_a_masked_value_only_where_the_page_showed_it_masked() -> Non
         "payee": "globex", "token": "s3cret", "nested": {"password": "pw-1"}, "items": [{"api_key": "k"}]}
     assert unmask_edits({"payee": "***", "token": "new"}, shown, original) == {"payee": "***", "token": "new"}
     assert unmask_edits({"extra": "***"}, shown, original) == {"extra": "***"}  # nothing to take it from
+
+
+def test_an_oversized_form_is_refused_before_it_is_read_even_unsigned(console: TestClient) -> None:
+    stranger = TestClient(console.app, follow_redirects=False)
+    token = csrf(stranger.get("/login").text)
+    huge = {"csrf_token": token, "username": "ann", "password": "x" * (2 << 20)}  # 2 MiB, urlencoded
+    assert stranger.post("/login", data=huge).status_code == 413
+
+    def chunks() -> Iterator[bytes]:  # no Content-Length: counted as it arrives
+        yield f"csrf_token={token}&username=ann&password=".encode()
+        for _ in range(64):
+            yield b"y" * 65536
+
+    assert stranger.post("/login", content=chunks(),
+                         headers={"content-type": "application/x-www-form-urlencoded"}).status_code == 413
+    assert stranger.post("/login", content=b"username=a&password=b",
+                         headers={"content-type": "application/x-www-form-urlencoded",
+                                  "content-length": "999999999"}).status_code == 413
