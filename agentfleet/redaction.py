@@ -203,6 +203,20 @@ def active() -> Redactor:
     return _active
 
 
+def unmasked(edited: Any, shown: Any, original: Any) -> Any:
+    """Data a person edited from its masked view (``shown``), with the mask left where it was put back to the
+    ``original`` value: a secret never travels out to be sent back, and is never replaced by the mask. Anything the
+    person changed, or added, is theirs."""
+    if edited == REDACTED and shown == REDACTED:
+        return original
+    if isinstance(edited, dict) and isinstance(shown, dict) and isinstance(original, dict):
+        return {k: unmasked(v, shown.get(k), original.get(k)) if k in original else v for k, v in edited.items()}
+    if (isinstance(edited, list) and isinstance(shown, list) and isinstance(original, list)
+            and len(edited) == len(shown) == len(original)):
+        return [unmasked(e, s, o) for e, s, o in zip(edited, shown, original, strict=True)]
+    return edited
+
+
 def redact(value: Any, schema: dict[str, Any] | None = None) -> Any:
     """``value`` as it may be shown or sent: see the module's note."""
     return _active.data(value, schema)

@@ -7,7 +7,7 @@ import logging
 
 from agentfleet.config.settings import Settings
 from agentfleet.logs import JsonFormatter
-from agentfleet.redaction import Redactor
+from agentfleet.redaction import Redactor, unmasked
 
 CANARY = "canary-0d6f-s3cr3t"
 
@@ -69,3 +69,13 @@ def test_a_log_line_masks_its_message_fields_and_traceback() -> None:
     assert CANARY not in line and "pw9999" not in line and "zzz" not in line
     entry = json.loads(line)
     assert entry["msg"] == "failed with ***" and "RuntimeError: refused key ***" in entry["exc"]
+
+
+def test_an_edit_keeps_a_masked_value_only_where_its_view_showed_it_masked() -> None:
+    original = {"payee": "acme", "token": "s3cret", "nested": {"password": "pw-1"}, "items": [{"api_key": "k"}]}
+    shown = {"payee": "acme", "token": "***", "nested": {"password": "***"}, "items": [{"api_key": "***"}]}
+    assert unmasked({"payee": "globex", "token": "***", "nested": {"password": "***"},
+                         "items": [{"api_key": "***"}]}, shown, original) == {
+        "payee": "globex", "token": "s3cret", "nested": {"password": "pw-1"}, "items": [{"api_key": "k"}]}
+    assert unmasked({"payee": "***", "token": "new"}, shown, original) == {"payee": "***", "token": "new"}
+    assert unmasked({"extra": "***"}, shown, original) == {"extra": "***"}  # nothing to take it from

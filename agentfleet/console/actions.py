@@ -18,7 +18,6 @@ from agentfleet.console.forms import checked_form, text
 from agentfleet.console.rendering import console_of, user_of
 from agentfleet.errors import AgentfleetError
 from agentfleet.ops import actions
-from agentfleet.ops.approvals import pending_approvals
 from agentfleet.ops.deadletters import Filter
 
 T = TypeVar("T")
@@ -55,9 +54,6 @@ async def answer_approval(request: Request) -> Response:
             return _back(back, error=f"edited arguments are not JSON: {exc}")
         if not isinstance(edited, dict):
             return _back(back, error="edited arguments must be a JSON object")
-        asked = next((r for r in pending_approvals(rt.store, run_id=run_id) if r.call_id == call_id), None)
-        if asked is not None:
-            edited = actions.unmask_edits(edited, asked.shown, asked.arguments)
     try:
         reply = await _in_thread(lambda: actions.answer_approval(
             rt, run_id=run_id, call_id=call_id, decision="deny" if decision == "deny" else "approve",

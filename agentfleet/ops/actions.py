@@ -65,7 +65,7 @@ def answer_approval(rt: Runtime, *, run_id: str, call_id: str, decision: str, by
     except ApprovalRefused as exc:
         reply = ApprovalAnswer.rejection(exc.code, exc.message, run_id=run_id, call_id=call_id)
     record(rt.store, actor=by, via=via, action=decision, target=f"{run_id} {call_id}", run_id=run_id,
-           outcome=reply.status, detail={"note": note, "edited_arguments": arguments,
+           outcome=reply.status, detail={"note": note, "edited": arguments is not None,  # the approval keeps them
                                           "error_code": reply.error_code, "message": reply.message})
     return reply
 
@@ -143,18 +143,3 @@ def _recorded(store: Store, by: str, via: Via, action: str, target: str, detail:
     record(store, actor=by, via=via, action=action, target=target, run_id=run_id, outcome="accepted",
            detail={**detail, **(result() if result else {})})
 
-
-def unmask_edits(edited: Any, shown: Any, original: Any) -> Any:
-    """Edited arguments as a person sent them from a page that showed them masked: where the edit still holds the
-    mask at a place the page showed masked, the original value stands (a secret never travels to the page and
-    back, and is not replaced by ``***``). Anything the person changed is theirs."""
-    from agentfleet.redaction import REDACTED
-
-    if edited == REDACTED and shown == REDACTED:
-        return original
-    if isinstance(edited, dict) and isinstance(shown, dict) and isinstance(original, dict):
-        return {k: unmask_edits(v, shown.get(k), original.get(k)) if k in original else v for k, v in edited.items()}
-    if (isinstance(edited, list) and isinstance(shown, list) and isinstance(original, list)
-            and len(edited) == len(shown) == len(original)):
-        return [unmask_edits(e, s, o) for e, s, o in zip(edited, shown, original, strict=True)]
-    return edited

@@ -40,7 +40,7 @@ from agentfleet.loop.decisions import schema_errors, waits_on_people
 from agentfleet.loop.keys import derived_event_id
 from agentfleet.loop.states import RunState, is_terminal
 from agentfleet.loop.transcript import ToolResult
-from agentfleet.redaction import redact
+from agentfleet.redaction import redact, unmasked
 from agentfleet.roles import step_notices
 from agentfleet.roles.runtime import Runtime
 from agentfleet.roles.step import Step
@@ -79,13 +79,16 @@ def resolve(rt: Runtime, answer: ApprovalResolve, by: str, *, publish: bool = Tr
         if decision == "approved" and record.expires_at is not None and record.expires_at <= now():
             raise ApprovalRefused(f"the request expired at {record.expires_at.isoformat(timespec='seconds')}",
                                   code=ErrorCode.APPROVAL_NOT_PENDING)
+        edited = None
         if answer.arguments is not None:
-            problems = schema_errors(record.args_schema, answer.arguments)
+            # Every answerer saw the arguments masked: a mask left in place keeps the secret the model sent.
+            edited = unmasked(answer.arguments, record.shown, record.arguments)
+            problems = schema_errors(record.args_schema, edited)
             if problems:
                 raise ApprovalRefused(f"edited arguments break {record.tool}'s schema: {'; '.join(problems)}; the "
                                       "request stays pending", code=ErrorCode.INVALID_ARGUMENTS)
         if not store.resolve_approval(conn, record.approval_id, status=decision, by=by, note=answer.note,
-                                      edited_arguments=answer.arguments):
+                                      edited_arguments=edited):
             raise ApprovalRefused("answered by someone else a moment ago", code=ErrorCode.APPROVAL_NOT_PENDING)
         trace_id = run.trace_id if run else record.run_id
     if publish:

@@ -7,6 +7,7 @@ fleet's runtime is the console's, as ``agentfleet console`` beside a fleet has o
 from __future__ import annotations
 
 import html
+import json
 import re
 import uuid
 from collections.abc import Iterator
@@ -230,6 +231,7 @@ def test_an_approval_is_answered_from_the_page_with_edits_checked_by_the_schema_
     [action] = fleet.store.actions(run_id=run_id, limit=10)[:1]
     assert (action["actor"], action["via"], action["action"], action["outcome"]) == ("ann", "console", "approve",
                                                                                       "accepted")
+    assert action["detail"]["edited"] is True and CANARY not in json.dumps(action["detail"])  # the approval keeps them
     again = signed_in.post(f"/approvals/{run_id}/p", data={"csrf_token": token, "decision": "approve"})
     assert "APPROVAL_NOT_PENDING" in again.headers["location"]
     run_page = html.unescape(signed_in.get(f"/runs/{run_id}").text)
@@ -276,18 +278,6 @@ def test_no_page_or_fragment_holds_a_secret_from_a_tool_argument(signed_in: Test
 def test_the_activity_page_charts_what_it_read_and_escapes_labels(signed_in: TestClient) -> None:
     page = signed_in.get("/activity").text
     assert page.count("<svg") == 4 and "model turns" in page
-
-
-def test_edits_keep_a_masked_value_only_where_the_page_showed_it_masked() -> None:
-    from agentfleet.ops.actions import unmask_edits
-
-    original = {"payee": "acme", "token": "s3cret", "nested": {"password": "pw-1"}, "items": [{"api_key": "k"}]}
-    shown = {"payee": "acme", "token": "***", "nested": {"password": "***"}, "items": [{"api_key": "***"}]}
-    assert unmask_edits({"payee": "globex", "token": "***", "nested": {"password": "***"},
-                         "items": [{"api_key": "***"}]}, shown, original) == {
-        "payee": "globex", "token": "s3cret", "nested": {"password": "pw-1"}, "items": [{"api_key": "k"}]}
-    assert unmask_edits({"payee": "***", "token": "new"}, shown, original) == {"payee": "***", "token": "new"}
-    assert unmask_edits({"extra": "***"}, shown, original) == {"extra": "***"}  # nothing to take it from
 
 
 def test_an_oversized_form_is_refused_before_it_is_read_even_unsigned(console: TestClient) -> None:

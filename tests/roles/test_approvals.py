@@ -176,6 +176,22 @@ def test_an_approved_call_runs_once_with_the_edited_arguments_and_who_answered_i
     assert history["edited_arguments"] == {"payee": "acme", "amount": 50}
 
 
+def test_an_edit_that_leaves_a_masked_value_masked_keeps_the_original_by_every_way_of_answering(
+        fleet: EmbeddedFleet) -> None:
+    """Every answerer sees a parked call's arguments masked (the CLI, the public exchange, the console): an edit made
+    from what it saw holds ``***`` where a secret was. That keeps the secret the model sent, decided under the
+    request's lock; it is never sent on as ``***``, nor does the secret go out to be sent back."""
+    run_id = start(fleet, ["p", "pay", {"payee": "acme", "amount": 500, "token": "s3cret-token"}])
+    waiting(fleet, run_id)
+    accepted = answer(fleet, run_id, "p", arguments={"payee": "globex", "amount": 50, "token": "***"})
+    assert accepted.status == "accepted"
+    assert wait_for_run(fleet.store, run_id, timeout=30).result["status"] == "succeeded"  # type: ignore[index]
+    [ran] = [s for s in fleet.store.steps(run_id) if s["kind"] == "tool"]
+    assert ran["input"] == {"payee": "globex", "amount": 50, "token": "s3cret-token"}
+    [history] = fleet.store.approvals_of(run_id)
+    assert history.summary()["edited_arguments"] == {"payee": "globex", "amount": 50, "token": "***"}
+
+
 def test_rules_decide_on_the_values_the_tool_will_receive_and_exactly_those_run(fleet: EmbeddedFleet) -> None:
     """Containment 11: "5000", "5e3" and " 5000 " skipped a numeric rule, then the tool's lenient binding paid
     5,000 with no approval. Bound first, each is 5000.0: each waits for a person, and runs as bound."""
