@@ -83,13 +83,9 @@ def runs_page(store: Store, query: RunsQuery) -> RunsPage:
 
 def newest_mark(store: Store) -> tuple[Any, ...]:
     """What changes when a run is created, or a run of the newest page moves (a live runs list redraws then)."""
-    return tuple((r.run_id, r.state.value, r.version) for r in store.list_runs(limit=PAGE_SIZE))
+    return store.newest_versions(PAGE_SIZE)
 
 
 def tree_mark(store: Store, run_id: str) -> tuple[str | None, tuple[Any, ...]]:
     """The run's trace id and what changes when any run of its tree moves (a live run page redraws then)."""
-    run = store.get_run(run_id)
-    if run is None:
-        return None, ()
-    return run.trace_id, tuple((r.run_id, r.state.value, r.version, r.iteration)
-                               for r in store.runs_in_trace(run.trace_id))
+    return store.trace_versions(run_id)

@@ -215,6 +215,24 @@ class Runs(StoreBase):
             stmt = stmt.where(tuple_(c.created_at, c.run_id) < tuple_(*before))
         return stmt
 
+    def newest_versions(self, limit: int) -> tuple[tuple[str, int], ...]:
+        """(run id, version) of the newest ``limit`` runs: it changes when a run is created or one of them moves (every
+        move bumps the version), read from the creation index without the rows' JSON."""
+        stmt = self.runs_query(limit=limit).with_only_columns(T.runs.c.run_id, T.runs.c.version)
+        with self.reading() as conn:
+            return tuple((r.run_id, r.version) for r in conn.execute(stmt).all())
+
+    def trace_versions(self, run_id: str, limit: int = 1000) -> tuple[str | None, tuple[tuple[str, int], ...]]:
+        """The run's trace id and (run id, version) of every run of that trace, in one round trip: it changes when
+        any run of the tree is started or moves. (None, ()) for no such run."""
+        me, them = T.runs.alias("me"), T.runs.alias("them")
+        stmt = (select(me.c.trace_id, them.c.run_id, them.c.version)
+                .join(them, them.c.trace_id == me.c.trace_id).where(me.c.run_id == run_id)
+                .order_by(them.c.created_at, them.c.run_id).limit(limit))
+        with self.reading() as conn:
+            rows = conn.execute(stmt).all()
+        return (rows[0].trace_id if rows else None), tuple((r.run_id, r.version) for r in rows)
+
     def recent_runs(self, limit: int) -> list[dict[str, Any]]:
         """The newest ``limit`` runs' time, state, tokens and cost (what a chart of runs over time plots): read from
         the creation index, so the cost is the limit's, not the table's."""

@@ -83,3 +83,20 @@ def test_what_the_model_said_is_read_per_iteration_and_a_row_that_is_no_message_
         conn.execute(insert(T.messages).values(run_id=run_id, iteration=2, position=0, body={"role": "martian"}))
     said = store.turn_texts(run_id, head=20)
     assert said == {0: "I will look first.xx"}
+
+
+def test_a_live_views_mark_moves_when_a_run_of_it_moves_and_only_then(store: Store) -> None:
+    from agentfleet.loop.states import RunState
+
+    root, child = f"mark-{uuid.uuid4().hex}", f"mark-{uuid.uuid4().hex}"
+    trace = uuid.uuid4().hex
+    with store.tx() as conn:
+        for run_id in (root, child):
+            store.create_run(conn, run_id=run_id, agent="a", goal_id=run_id, trace_id=trace, input={}, limits={})
+    before = store.trace_versions(root)
+    assert before[0] == trace and {r for r, _ in before[1]} == {root, child}
+    assert store.trace_versions(root) == before and (root, 0) in store.newest_versions(50)
+    with store.tx() as conn:
+        store.transition(conn, store.get_run(child, conn), RunState.PLANNING)  # type: ignore[arg-type]
+    assert store.trace_versions(root) != before and store.trace_versions(child)[1] == store.trace_versions(root)[1]
+    assert store.trace_versions("no-such-run") == (None, ())
