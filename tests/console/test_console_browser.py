@@ -143,6 +143,16 @@ def shot(page: Any, name: str) -> None:
         page.screenshot(path=str(Path(SHOTS) / f"{name}.png"), full_page=False)
 
 
+def wait_live(page: Any) -> None:
+    """Wait until the page's event stream is open.
+
+    A locator, not ``wait_for_function``: Playwright re-evaluates a string predicate with ``eval`` in the page on
+    every poll, which the console's CSP (no ``unsafe-eval``) refuses -- it passed only where the stream was already
+    open at the first, DevTools-evaluated, check (CI's slower machine polled, and failed).
+    """
+    page.locator("body[data-live='on']").wait_for(state="attached")
+
+
 def test_a_wrong_password_is_refused(browser: Any, fleet: Fleet) -> None:
     refused = sign_in(browser, fleet, "not-the-password")
     refused.wait_for_selector("#login-error")
@@ -156,7 +166,7 @@ def test_a_wrong_password_is_refused(browser: Any, fleet: Fleet) -> None:
 def test_a_run_started_from_the_cli_appears_live_and_its_tree_shows_the_delegated_children(
         page: Any, fleet: Fleet) -> None:
     page.goto(f"{fleet.base}/runs")
-    page.wait_for_function("document.body.dataset.live === 'on'")
+    wait_live(page)
     page.evaluate("window.__notReloaded = true")
     run_id = fleet.submit("asker", {"queries": ["alpha", "beta"]})
     page.wait_for_selector(f'tr[data-run="{run_id}"]')  # appeared without a reload
@@ -164,13 +174,15 @@ def test_a_run_started_from_the_cli_appears_live_and_its_tree_shows_the_delegate
 
     page.click(f'tr[data-run="{run_id}"] a')
     page.wait_for_url(f"{fleet.base}/runs/{run_id}")
-    page.wait_for_function("document.body.dataset.live === 'on'")
+    wait_live(page)
     page.evaluate("window.__notReloaded = true")
     page.wait_for_selector("#run-end")  # it ends while watched, without a reload
     eventually(lambda: len(fleet.store.children(run_id)) == 2
                and all(c.state == RunState.SUCCEEDED for c in fleet.store.children(run_id)), timeout=60)
     children = {c.run_id for c in fleet.store.children(run_id)}
-    page.wait_for_function("n => document.querySelectorAll('#tree [data-tree-run]').length === n", arg=3)
+    from playwright.sync_api import expect
+
+    expect(page.locator("#tree [data-tree-run]")).to_have_count(3, timeout=30_000)
     shown = set(page.eval_on_selector_all("#tree [data-tree-run]", "els => els.map(e => e.dataset.treeRun)"))
     assert shown == {run_id, *children}
     assert page.inner_text("#tree").count("delegate call") == 2
@@ -183,7 +195,7 @@ def test_a_run_started_from_the_cli_appears_live_and_its_tree_shows_the_delegate
 
 def test_a_pending_approval_is_approved_with_an_edited_argument_from_the_page(page: Any, fleet: Fleet) -> None:
     page.goto(f"{fleet.base}/approvals")
-    page.wait_for_function("document.body.dataset.live === 'on'")
+    wait_live(page)
     run_id = fleet.submit("payer", {"calls": [["p", "pay", {"payee": "acme", "amount": 7, "token": CANARY}]]})
     card = page.wait_for_selector(f'article[data-approval="{run_id} p"]')  # asked while the page was open
     assert CANARY not in card.inner_html()
