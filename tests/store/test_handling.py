@@ -8,6 +8,7 @@ outlives it; a connection the database dropped costs one failed, retryable step,
 from __future__ import annotations
 
 import threading
+import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
 
@@ -247,3 +248,50 @@ def test_a_step_lock_goes_with_the_handlings_last_commit_and_stays_if_that_commi
             assert not elsewhere, "not committed: still held"
     with store.step_lock("k-fail", own_connection=True) as elsewhere:
         assert elsewhere, "let go by step_lock, as before"
+
+
+HOSTILE = ["'); DROP TABLE fleet_secrets; --", "%s %(name)s %% $1 ?", "back\\slash \\' \\\\'", "new\nline\ttab",
+           "ü ∆ 😀 \u200b", "E'\\x41'", "; COMMIT; BEGIN;", "", " " * 3, "x" * 120]
+
+
+def test_values_batched_into_one_round_trip_are_bound_exactly_and_never_read_as_sql(store: Store) -> None:
+    """A batch is one query string with its values bound by the client: every value comes back as it was sent,
+    and none ends a statement or a transaction."""
+    with store.handling(), store.tx() as conn:
+        for i, value in enumerate(HOSTILE):
+            _note(conn, f"d-hostile-{i}", value)
+        assert execute(conn, NOTED, {"name": "d-hostile-0"}).scalar() == HOSTILE[0]  # the batch's last statement
+        for i, value in enumerate(HOSTILE):
+            _note(conn, f"d-hostile-again-{i}", value)
+    with store.reading() as conn:
+        for i, value in enumerate(HOSTILE):
+            assert execute(conn, NOTED, {"name": f"d-hostile-{i}"}).scalar() == value
+            assert execute(conn, NOTED, {"name": f"d-hostile-again-{i}"}).scalar() == value
+    if store.dialect != "postgresql":  # SQLite keeps a NUL; Postgres text cannot
+        return
+    with pytest.raises(Exception, match=r"(?i)nul|0x00"), store.handling(), store.tx() as conn:
+        _note(conn, "d-nul-before")
+        _note(conn, "d-nul", "a\x00b")  # Postgres text cannot hold NUL: an error, and the batch with it
+        execute(conn, NOTED, {"name": "d-nul"})
+    with store.reading() as conn:
+        assert execute(conn, NOTED, {"name": "d-nul-before"}).scalar() is None
+
+
+def test_a_transition_and_its_audit_row_batched_keep_their_types(store: Store) -> None:
+    """The audited transition's ``INSERT … SELECT`` takes its values from the client-bound string: timestamps,
+    numbers, JSON and NULLs land in their columns' types."""
+    audited, run_id = Store(store.engine, audit=True), f"r-batched-{uuid.uuid4().hex}"
+    with audited.handling(), audited.tx() as conn:
+        assert audited.create_run(conn, run_id=run_id, agent="a", goal_id=run_id, trace_id="t",
+                                  input={"q": "'; --"}, limits={})
+    run = audited.get_run(run_id)
+    assert run is not None
+    with audited.handling(), audited.tx() as conn:
+        assert audited.transition(conn, run, RunState.PLANNING, result={"text": "%s'\\"}, error_code=None)
+    moved = audited.get_run(run_id)
+    assert moved is not None and moved.state == RunState.PLANNING and moved.result == {"text": "%s'\\"}
+    with store.engine.connect() as conn:
+        rows = conn.execute(select(T.audit.c.from_state, T.audit.c.to_state, T.audit.c.at)
+                            .where(T.audit.c.run_id == run_id)).all()
+    assert [(r.from_state, r.to_state) for r in rows][-1] == ("PENDING", "PLANNING")
+    assert all(r.at is not None for r in rows)
