@@ -190,13 +190,45 @@ CONFIRM_TIMEOUT_S = 30.0  # how long a batch waits for the broker's confirms bef
 class _BatchChannel:
     """A channel of the publisher's own on a pooled connection: in confirm mode, publishing without waiting, and
     counting what it published, so the confirms of a batch are known by their delivery tags (the broker numbers
-    a channel's publishes from 1; on a shared channel the count would be unknown)."""
+    a channel's publishes from 1; on a shared channel the count would be unknown).
+
+    Confirms are counted by the channel's listeners, whoever reads them off the connection: py-amqp reads what the
+    broker sent before each publish (to notice a blocked connection), so a confirm of an earlier message of a batch
+    is often read while the batch is still being sent, when no wait is pending. A wait's one-shot callback missed
+    those, and the batch waited ``CONFIRM_TIMEOUT_S`` for a confirm that had come (``_confirmed_batch``).
+    """
 
     def __init__(self, connection: Any) -> None:
         self.channel = connection.channel()
         self.channel.confirm_select()
         self.channel.basic_publish = self.channel._basic_publish  # confirms are awaited by ``_confirmed_batch``
         self.published = 0
+        self.through = 0  # every delivery tag up to this one is confirmed
+        self.acked: set[int] = set()  # confirmed one by one, past ``through``
+        self.nacked: set[int] = set()  # refused (a ``multiple`` refusal: every unconfirmed tag up to its own)
+        self.channel.events["basic_ack"].add(self._ack)
+        self.channel.events["basic_nack"].add(self._nack)
+
+    def _ack(self, delivery_tag: int, multiple: bool = False) -> None:
+        if multiple:
+            self.through = max(self.through, delivery_tag)
+        else:
+            self.acked.add(delivery_tag)
+        while self.through + 1 in self.acked:
+            self.through += 1
+        self.acked = {tag for tag in self.acked if tag > self.through}
+
+    def _nack(self, delivery_tag: int, multiple: bool = False) -> None:
+        if multiple:
+            self.nacked.update(range(self.through + 1, delivery_tag + 1))
+        else:
+            self.nacked.add(delivery_tag)
+
+    def refused(self, first: int, last: int) -> list[int]:
+        """Delivery tags between ``first`` and ``last`` the broker refused (forgotten once asked)."""
+        found = sorted(tag for tag in self.nacked if first <= tag <= last)
+        self.nacked = {tag for tag in self.nacked if tag > last}
+        return found
 
 
 _batch_channels: weakref.WeakKeyDictionary[Any, _BatchChannel] = weakref.WeakKeyDictionary()
@@ -214,21 +246,18 @@ def _confirmed_batch(producer: Producer, messages: list[tuple[Any, dict[str, Any
     for body, options in messages:
         sender.publish(body, **options)
         own.published += 1
-    last, acked, through = own.published, set(), first - 1
-
-    def confirm(method: Any, delivery_tag: int, multiple: bool = False, *_: Any) -> None:
-        nonlocal through
-        if method == spec.Basic.Nack:
-            raise MessageNacked(f"the broker refused event messages up to delivery tag {delivery_tag}")
-        if multiple:
-            through = max(through, delivery_tag)
-        else:
-            acked.add(delivery_tag)
-        while through + 1 in acked:
-            through += 1
-
-    while through < last:
-        own.channel.wait([spec.Basic.Ack, spec.Basic.Nack], callback=confirm, timeout=CONFIRM_TIMEOUT_S)
+    last = own.published
+    deadline = time.monotonic() + CONFIRM_TIMEOUT_S
+    while True:
+        if refused := own.refused(first, last):
+            raise MessageNacked(f"the broker refused event messages (delivery tags {refused})")
+        if own.through >= last:
+            return
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError(f"the broker confirmed event messages through {own.through} of {first}..{last}")
+        # Returns once any confirm is read (the listeners count it); what was read before is counted already.
+        own.channel.wait([spec.Basic.Ack, spec.Basic.Nack], timeout=remaining)
 
 
 def client_headers(headers: Mapping[str, Any] | None) -> dict[str, Any]:
