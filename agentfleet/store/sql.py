@@ -42,6 +42,7 @@ from sqlalchemy.exc import DBAPIError
 log = logging.getLogger(__name__)
 
 _PARAM = re.compile(r"(?<![:\w]):(\w+)")
+LOST_PREPARED = "26000"  # invalid_sql_statement_name: "prepared statement … does not exist"
 POSTGRES, SQLITE = "postgresql", "sqlite"
 
 
@@ -227,7 +228,7 @@ def execute_script(conn: Connection, text: str) -> None:
         return
     cursor = _cursor_of(dbapi)
     try:
-        cursor.execute(text)
+        cursor.execute(text, prepare=False)  # BEGIN, COMMIT …: nothing to plan (``_pipelined`` says why not)
     except conn.dialect.loaded_dbapi.Error as exc:
         _cursors.pop(dbapi, None)
         raise _wrapped(conn, exc, text, cursor) from exc
@@ -286,7 +287,9 @@ def _pipelined(conn: Connection, dbapi: Any, statements: list[tuple[str, dict[st
                 cursor = dbapi.cursor()
                 cursors.append(cursor)
                 if params is None:
-                    cursor.execute(text)
+                    # Never prepared (psycopg would, on its fifth run): it has nothing to plan, and a statement being
+                    # prepared behind one that fails is skipped by the server while psycopg keeps its name.
+                    cursor.execute(text, prepare=False)
                 else:
                     cursor.execute(text, params, prepare=True)
         last = cursors[-1]
@@ -332,6 +335,14 @@ def _wrapped(conn: Connection, exc: Exception, text: str, cursor: Any) -> BaseEx
         disconnect = dialect.is_disconnect(exc, conn.connection.dbapi_connection, cursor)
     except Exception:  # deciding must not hide the error itself
         disconnect = False
+    if getattr(exc, "sqlstate", None) == LOST_PREPARED and not conn.invalidated:
+        # The server lacks a statement psycopg prepared on this connection: it sent the Parse in a round trip
+        # behind a statement that failed, which the server then skipped (or a DEALLOCATE ALL passed it), and
+        # psycopg keeps the name. Every later use of that statement here would fail the same way: this
+        # connection alone is closed, and the step is retried on another (as after a disconnect).
+        conn.invalidate(exc)
+        return DBAPIError.instance(text, None, exc, dialect.loaded_dbapi.Error, hide_parameters=True,
+                                   connection_invalidated=True, dialect=dialect)
     if disconnect and not conn.invalidated:
         # As SQLAlchemy does with a disconnect it sees itself: every pooled connection as old as this one is
         # replaced at its next checkout (a restarted database dropped them all; without the pre-ping each would

@@ -295,3 +295,24 @@ def test_a_transition_and_its_audit_row_batched_keep_their_types(store: Store) -
                             .where(T.audit.c.run_id == run_id)).all()
     assert [(r.from_state, r.to_state) for r in rows][-1] == ("PENDING", "PLANNING")
     assert all(r.at is not None for r in rows)
+
+
+def test_a_connection_whose_prepared_statements_the_server_lost_fails_one_step_retryably_then_is_replaced(
+        pg_store: Store) -> None:
+    """The server no longer has a statement psycopg prepared on a connection (psycopg names a statement prepared as
+    it sends the Parse; in a round trip behind a write that fails, the server can skip it, and a ``DEALLOCATE ALL``
+    can pass a Parse). Every later use of that statement on that pooled connection failed with "prepared statement …
+    does not exist", a ProgrammingError: the step failed for good (seen in the duplicate delivery test: 12 steps
+    dead-lettered). Now the connection is dropped and the step is retried, as after a disconnect."""
+    store = pg_store
+    with store.tx() as conn:
+        _note(conn, "d-lost-prepared")
+    with store.handling():
+        with store.tx() as conn:
+            execute(conn, NOTED, {"name": "d-lost-prepared"})  # prepared on this connection
+            conn.connection.dbapi_connection.pgconn.exec_(b"DEALLOCATE ALL")  # behind psycopg's back
+        with pytest.raises(Exception) as failed, store.tx() as conn:
+            execute(conn, NOTED, {"name": "d-lost-prepared"})
+        assert is_transient(failed.value), failed.value
+    with store.handling(), store.tx() as conn:  # the next handling gets a connection that works
+        assert execute(conn, NOTED, {"name": "d-lost-prepared"}).scalar() == "v"
