@@ -281,20 +281,36 @@ def _pipelined(conn: Connection, dbapi: Any, statements: list[tuple[str, dict[st
     error is raised (and the rest were not run: the transaction they were in is aborted)."""
     cursors: list[Any] = []
     text = statements[-1][0]
+    error = conn.dialect.loaded_dbapi.Error
+    failed: Exception | None = None
     try:
-        with dbapi.pipeline():
-            for text, params in statements:
-                cursor = dbapi.cursor()
-                cursors.append(cursor)
-                if params is None:
-                    # Never prepared (psycopg would, on its fifth run): it has nothing to plan, and a statement being
-                    # prepared behind one that fails is skipped by the server while psycopg keeps its name.
-                    cursor.execute(text, prepare=False)
-                else:
-                    cursor.execute(text, params, prepare=True)
+        try:
+            with dbapi.pipeline():
+                for text, params in statements:
+                    cursor = dbapi.cursor()
+                    cursors.append(cursor)
+                    try:
+                        if params is None:
+                            # Never prepared (psycopg would, on its fifth run): it has nothing to plan, and a
+                            # statement being prepared behind one that fails is skipped by the server while psycopg
+                            # keeps its name.
+                            cursor.execute(text, prepare=False)
+                        else:
+                            cursor.execute(text, params, prepare=True)
+                    except error as exc:
+                        # Not raised through the pipeline's end: psycopg then logs a WARNING of its own ("error
+                        # ignored terminating …") for every failed batch, every duplicate delivery's among them.
+                        failed = exc
+                        break
+        except error:
+            if failed is None:  # the batch's error came at the pipeline's end (its sync)
+                raise
+            # else: the pipeline's end only says it was aborted by ``failed``
+        if failed is not None:
+            raise failed
         last = cursors[-1]
         return (last.fetchall() if rows else []), last.rowcount
-    except conn.dialect.loaded_dbapi.Error as exc:
+    except error as exc:
         raise _wrapped(conn, exc, text, cursors[-1] if cursors else None) from exc
     finally:
         for cursor in cursors:

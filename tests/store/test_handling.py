@@ -316,3 +316,19 @@ def test_a_connection_whose_prepared_statements_the_server_lost_fails_one_step_r
         assert is_transient(failed.value), failed.value
     with store.handling(), store.tx() as conn:  # the next handling gets a connection that works
         assert execute(conn, NOTED, {"name": "d-lost-prepared"}).scalar() == "v"
+
+
+def test_a_batch_that_fails_raises_its_error_and_logs_nothing_of_psycopgs(
+        pg_store: Store, caplog: pytest.LogCaptureFixture) -> None:
+    """A batch whose write fails (every duplicate delivery's dedupe mark does, at its COMMIT) raised the error from
+    inside psycopg's pipeline block, and psycopg logged a WARNING as it left it ("error ignored terminating
+    <psycopg.Pipeline [INERROR]>: pipeline aborted"): one line of noise per duplicate, naming host, user and
+    database. The error is the same; the log is quiet."""
+    store = pg_store
+    with store.tx() as conn:
+        _note(conn, "d-quiet")
+    with caplog.at_level("WARNING"), pytest.raises(Exception, match=r"(?i)unique|duplicate"), store.handling(), \
+            store.tx() as conn:
+        _note(conn, "d-quiet")
+        execute(conn, NOTED, {"name": "d-quiet"})
+    assert not [r for r in caplog.records if r.name.startswith("psycopg")], caplog.text
