@@ -212,17 +212,16 @@ class _BatchChannel:
     def _ack(self, delivery_tag: int, multiple: bool = False) -> None:
         if multiple:
             self.through = max(self.through, delivery_tag)
+            self.acked = {tag for tag in self.acked if tag > self.through}
         else:
             self.acked.add(delivery_tag)
         while self.through + 1 in self.acked:
             self.through += 1
-        self.acked = {tag for tag in self.acked if tag > self.through}
+            self.acked.discard(self.through)
 
     def _nack(self, delivery_tag: int, multiple: bool = False) -> None:
-        if multiple:
-            self.nacked.update(range(self.through + 1, delivery_tag + 1))
-        else:
-            self.nacked.add(delivery_tag)
+        tags = range(self.through + 1, delivery_tag + 1) if multiple else (delivery_tag,)
+        self.nacked.update(tag for tag in tags if tag not in self.acked)  # what is confirmed stays confirmed
 
     def refused(self, first: int, last: int) -> list[int]:
         """Delivery tags between ``first`` and ``last`` the broker refused (forgotten once asked)."""

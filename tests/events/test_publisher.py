@@ -108,3 +108,18 @@ def test_every_confirm_of_a_batch_is_counted_even_when_the_broker_answers_while_
     for t in threads:
         t.join()
     assert not failures, failures
+
+
+def test_a_channels_confirms_are_counted_in_any_order_and_a_refusal_names_only_what_was_not_confirmed() -> None:
+    from agentfleet.events.publisher import _BatchChannel
+
+    own = object.__new__(_BatchChannel)  # the bookkeeping alone: no channel
+    own.published, own.through, own.acked, own.nacked = 6, 0, set(), set()
+    for tag in (2, 3, 1):  # out of order, one by one
+        own._ack(tag)
+    assert (own.through, own.acked) == (3, set())
+    own._ack(5)
+    own._nack(6, multiple=True)  # "every unconfirmed tag up to 6": 4 and 6, not 5
+    assert own.refused(4, 6) == [4, 6] and own.nacked == set()
+    own._ack(6, multiple=True)
+    assert (own.through, own.acked) == (6, set())  # nothing kept that a later ack covers
