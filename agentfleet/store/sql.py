@@ -228,7 +228,7 @@ def execute_script(conn: Connection, text: str) -> None:
         return
     cursor = _cursor_of(dbapi)
     try:
-        cursor.execute(text, prepare=False)  # BEGIN, COMMIT …: nothing to plan (``_pipelined`` says why not)
+        cursor.execute(text, prepare=False)  # BEGIN, COMMIT …: nothing to plan (``_send`` says why not)
     except conn.dialect.loaded_dbapi.Error as exc:
         _cursors.pop(dbapi, None)
         raise _wrapped(conn, exc, text, cursor) from exc
@@ -280,41 +280,44 @@ def _pipelined(conn: Connection, dbapi: Any, statements: list[tuple[str, dict[st
     """Every statement in one round trip (psycopg's pipeline mode); the last one's rows and row count. The first
     error is raised (and the rest were not run: the transaction they were in is aborted)."""
     cursors: list[Any] = []
-    text = statements[-1][0]
     error = conn.dialect.loaded_dbapi.Error
-    failed: Exception | None = None
     try:
-        try:
-            with dbapi.pipeline():
-                for text, params in statements:
-                    cursor = dbapi.cursor()
-                    cursors.append(cursor)
-                    try:
-                        if params is None:
-                            # Never prepared (psycopg would, on its fifth run): it has nothing to plan, and a
-                            # statement being prepared behind one that fails is skipped by the server while psycopg
-                            # keeps its name.
-                            cursor.execute(text, prepare=False)
-                        else:
-                            cursor.execute(text, params, prepare=True)
-                    except error as exc:
-                        # Not raised through the pipeline's end: psycopg then logs a WARNING of its own ("error
-                        # ignored terminating …") for every failed batch, every duplicate delivery's among them.
-                        failed = exc
-                        break
-        except error:
-            if failed is None:  # the batch's error came at the pipeline's end (its sync)
-                raise
-            # else: the pipeline's end only says it was aborted by ``failed``
-        if failed is not None:
-            raise failed
+        _send(dbapi, statements, cursors, error)
         last = cursors[-1]
         return (last.fetchall() if rows else []), last.rowcount
     except error as exc:
+        text = statements[max(len(cursors) - 1, 0)][0]  # the one being sent when the error came back
         raise _wrapped(conn, exc, text, cursors[-1] if cursors else None) from exc
     finally:
         for cursor in cursors:
             cursor.close()
+
+
+def _send(dbapi: Any, statements: list[tuple[str, dict[str, Any] | None]], cursors: list[Any],
+          error: type[Exception]) -> None:
+    """Each statement on a cursor of its own (kept in ``cursors``), in one pipeline.
+
+    A statement without parameters (BEGIN, COMMIT, SET LOCAL) is never prepared: it has nothing to plan, and psycopg
+    would prepare it on its fifth run, naming it prepared as it sends the Parse -- behind a statement that fails, the
+    server skips that Parse and psycopg keeps the name. The first error is raised once the pipeline has ended, not
+    through its end: psycopg then logs a WARNING of its own ("error ignored terminating …") for every failed batch,
+    every duplicate delivery's among them."""
+    failed: Exception | None = None
+    try:
+        with dbapi.pipeline():
+            for text, params in statements:
+                cursor = dbapi.cursor()
+                cursors.append(cursor)
+                try:
+                    cursor.execute(text, params, prepare=params is not None)
+                except error as exc:
+                    failed = exc
+                    break
+    except error:
+        if failed is None:  # the batch's error came at the pipeline's end (its sync)
+            raise
+    if failed is not None:  # the pipeline's end said only that ``failed`` aborted it
+        raise failed
 
 
 os.register_at_fork(after_in_child=_forget_connections)
@@ -344,28 +347,25 @@ def _checked_in(dbapi: Any, record: Any) -> None:
 
 def _wrapped(conn: Connection, exc: Exception, text: str, cursor: Any) -> BaseException:
     """The driver's error as SQLAlchemy raises it: a disconnect invalidates the connection (it is not handed back
-    to the pool), and says so, which is what retries decide on (``roles/retry.py``)."""
+    to the pool), and says so, which is what retries decide on (``roles/retry.py``). So does a prepared statement
+    the server lacks: it sent the Parse in a round trip behind a statement that failed, which the server skipped (or
+    a DEALLOCATE ALL passed it), and psycopg keeps the name; every later use of it on this connection would fail
+    the same way, so this connection alone is closed and the step retried on another."""
     dialect = conn.dialect
     disconnect = False
     try:
         disconnect = dialect.is_disconnect(exc, conn.connection.dbapi_connection, cursor)
     except Exception:  # deciding must not hide the error itself
         disconnect = False
-    if getattr(exc, "sqlstate", None) == LOST_PREPARED and not conn.invalidated:
-        # The server lacks a statement psycopg prepared on this connection: it sent the Parse in a round trip
-        # behind a statement that failed, which the server then skipped (or a DEALLOCATE ALL passed it), and
-        # psycopg keeps the name. Every later use of that statement here would fail the same way: this
-        # connection alone is closed, and the step is retried on another (as after a disconnect).
-        conn.invalidate(exc)
-        return DBAPIError.instance(text, None, exc, dialect.loaded_dbapi.Error, hide_parameters=True,
-                                   connection_invalidated=True, dialect=dialect)
-    if disconnect and not conn.invalidated:
-        # As SQLAlchemy does with a disconnect it sees itself: every pooled connection as old as this one is
-        # replaced at its next checkout (a restarted database dropped them all; without the pre-ping each would
-        # otherwise fail one step first), and this one is closed, not handed back.
-        mark_pool = getattr(conn.engine.pool, "_invalidate", None)
-        if mark_pool is not None:
-            mark_pool(conn.connection, exc, _checkin=False)
+    invalidated = disconnect or getattr(exc, "sqlstate", None) == LOST_PREPARED
+    if invalidated and not conn.invalidated:
+        if disconnect:
+            # As SQLAlchemy does with a disconnect it sees itself: every pooled connection as old as this one is
+            # replaced at its next checkout (a restarted database dropped them all; without the pre-ping each would
+            # otherwise fail one step first), and this one is closed, not handed back.
+            mark_pool = getattr(conn.engine.pool, "_invalidate", None)
+            if mark_pool is not None:
+                mark_pool(conn.connection, exc, _checkin=False)
         conn.invalidate(exc)
     return DBAPIError.instance(text, None, exc, dialect.loaded_dbapi.Error, hide_parameters=True,
-                               connection_invalidated=disconnect, dialect=dialect)
+                               connection_invalidated=invalidated, dialect=dialect)
