@@ -68,6 +68,16 @@ class _Handling:
                 and self.thread == threading.get_ident())
 
 
+@dataclass
+class _OpenTx:
+    """What a transaction opened by ``StoreBase.tx`` keeps until it ends."""
+
+    after_commit: list[Callable[[], None]] = field(default_factory=list)
+    # Runs whose rows this transaction holds (read FOR UPDATE, created or moved by it), by the version it holds:
+    # a compare-and-set on one of them cannot miss, so it need not wait for its answer (``Runs.transition``).
+    held_runs: dict[str, int] = field(default_factory=dict)
+
+
 _handling: contextvars.ContextVar[_Handling | None] = contextvars.ContextVar("agentfleet_handling", default=None)
 
 
@@ -79,7 +89,7 @@ class StoreBase:
         self.hooks = hooks  # told of every transition, in its transaction and after it commits (hooks/base.py)
         self.audit = audit  # one ``audit`` row per transition, in the transition's transaction
         self.process = f"{socket.gethostname()}:{os.getpid()}"  # who moved a run outside any step
-        self._after_commit: dict[int, list[Callable[[], None]]] = {}  # open tx() connection → what to run after
+        self._open: dict[int, _OpenTx] = {}  # open tx() connection → what it keeps until it ends
         self.dialect = engine.dialect.name
         self._local_locks: set[str] = set()
         self._local_guard = threading.Lock()
@@ -149,24 +159,24 @@ class StoreBase:
         statement and its deferred writes with its COMMIT (``store.sql.defer``). A second handling of an event
         already handled is found when its dedupe mark is written: ``AlreadyHandled``, and nothing it wrote stays.
         """
-        pending: list[Callable[[], None]] = []
+        opened = _OpenTx()
         bound = self._bound()
         try:
             if bound is None:
                 with self.engine.begin() as conn:
                     # Kept beside the connection, not in conn.info: reading that on a connection the database
                     # dropped tries to reconnect and raises PendingRollbackError over the real (transient) error.
-                    self._after_commit[id(conn)] = pending
+                    self._open[id(conn)] = opened
                     try:
                         if not durable:
                             self.relax(conn)
                         yield conn
                     finally:
-                        self._after_commit.pop(id(conn), None)
+                        self._open.pop(id(conn), None)
             else:
                 conn = bound.conn
                 bound.in_tx = True
-                self._after_commit[id(conn)] = pending
+                self._open[id(conn)] = opened
                 try:
                     defer_script(conn, "BEGIN")
                     if not durable:
@@ -183,7 +193,7 @@ class StoreBase:
                         raise
                     bound.releasing.clear()  # their unlocks went with the COMMIT
                 finally:
-                    self._after_commit.pop(id(conn), None)
+                    self._open.pop(id(conn), None)
                     bound.in_tx = False
                     bound.locks |= bound.releasing  # not committed: still held, for step_lock to let go
                     bound.releasing.clear()
@@ -191,7 +201,7 @@ class StoreBase:
             if mark_conflict(exc):
                 raise AlreadyHandled() from exc
             raise
-        for fn in pending:
+        for fn in opened.after_commit:
             fn()
 
     def _rollback(self, bound: _Handling) -> None:
@@ -210,11 +220,17 @@ class StoreBase:
 
     def after_commit(self, conn: Connection, fn: Callable[[], None]) -> None:
         """Run ``fn`` once ``conn``'s transaction (opened by ``tx``) commits; outside ``tx``, now."""
-        pending = self._after_commit.get(id(conn))
-        if pending is None:
+        opened = self._open.get(id(conn))
+        if opened is None:
             fn()
         else:
-            pending.append(fn)
+            opened.after_commit.append(fn)
+
+    def held_runs(self, conn: Connection) -> dict[str, int] | None:
+        """The runs ``conn``'s open transaction (opened by ``tx``) holds, by version, to read and add to; None outside
+        ``tx``."""
+        opened = self._open.get(id(conn))
+        return None if opened is None else opened.held_runs
 
     def _insert_ignore(self, conn: Connection, table: Any, values: dict[str, Any], keys: Sequence[str]) -> bool:
         """Insert unless a row with the same keys exists; True when this call inserted it."""

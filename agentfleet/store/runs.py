@@ -115,12 +115,20 @@ class Runs(StoreBase):
                   "lineage_run_id": lineage["run_id"] if lineage else None,
                   "iteration": int(lineage["through"]) + 1 if lineage else 0}
         row = execute(conn, CREATE_RUN, values).first()
-        return run_from(row) if row else None
+        if row is None:
+            return None
+        run = run_from(row)
+        self._hold(conn, run.run_id, run.version)  # not visible to anyone else before this transaction commits
+        return run
 
     def get_run(self, run_id: str, conn: Connection | None = None, *, lock: bool = False) -> RunRecord | None:
         stmt = GET_RUN_LOCKED if lock else GET_RUN
         if conn is not None:
             row = execute(conn, stmt, {"run_id": run_id}).first()
+            if row is not None and lock:
+                run = run_from(row)
+                self._hold(conn, run.run_id, run.version)
+                return run
         else:
             with self.reading() as own:
                 row = execute(own, stmt, {"run_id": run_id}).first()
@@ -156,12 +164,22 @@ class Runs(StoreBase):
             assert change is not None
             params.update({f"a_{k}": v for k, v in change.record().items()})
         stmt = (_audited_transition_sql if audited else _transition_sql)(tuple(fields))
-        if execute(conn, stmt, params).rowcount != 1:
+        held = self.held_runs(conn)
+        if held is not None and held.get(run.run_id) == run.version and self.dialect == POSTGRES:
+            defer(conn, stmt, params)  # the row is held at this version: the compare-and-set cannot miss
+        elif execute(conn, stmt, params).rowcount != 1:
             log.info("stale transition ignored", extra={"run_id": run.run_id, "from": run.state, "to": target})
             return None
+        self._hold(conn, run.run_id, moved.version)  # an UPDATE holds the row it changed
         if change is not None:
             self._record(conn, change, audited=audited)
         return moved
+
+    def _hold(self, conn: Connection, run_id: str, version: int) -> None:
+        """``conn``'s open transaction holds the run's row at ``version`` (a lock, until it ends)."""
+        held = self.held_runs(conn)
+        if held is not None:
+            held[run_id] = version
 
     def _transition(self, run: RunRecord, moved: RunRecord) -> Transition:
         step = current_step()

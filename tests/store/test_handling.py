@@ -332,3 +332,36 @@ def test_a_batch_that_fails_raises_its_error_and_logs_nothing_of_psycopgs(
         _note(conn, "d-quiet")
         execute(conn, NOTED, {"name": "d-quiet"})
     assert not [r for r in caplog.records if r.name.startswith("psycopg")], caplog.text
+
+
+def _deferred(conn: object) -> list[str]:
+    """The statements waiting on ``conn`` for its next round trip (Postgres), without sending them."""
+    from agentfleet.store.sql import _queued
+
+    dbapi = conn.connection.dbapi_connection  # type: ignore[attr-defined]
+    return [text for text, _ in _queued.get(dbapi, [])]
+
+
+def test_a_transition_of_a_run_its_transaction_holds_waits_for_the_next_round_trip(pg_store: Store) -> None:
+    """Read FOR UPDATE (or created) in the transaction, the run cannot move under it: its compare-and-set goes with
+    the next statement or the COMMIT instead of a round trip of its own. A run the transaction holds at another
+    version, or does not hold, is still checked at once, and a stale move is refused."""
+    store, run_id = Store(pg_store.engine, audit=True), f"r-held-{uuid.uuid4().hex}"
+    with store.handling(), store.tx() as conn:
+        created = store.start_run(conn, run_id=run_id, agent="a", goal_id=run_id, trace_id="t", input={}, limits={})
+        planning = store.transition(conn, created, RunState.PLANNING)
+        assert planning is not None and any(t.startswith("WITH moved AS (UPDATE runs") for t in _deferred(conn))
+        executing = store.transition(conn, planning, RunState.EXECUTING, steps_used=1)
+        assert executing is not None and len([t for t in _deferred(conn) if "UPDATE runs" in t]) == 2
+    with store.handling(), store.tx() as conn:
+        held = store.get_run(run_id, conn, lock=True)
+        assert held is not None and held.state == RunState.EXECUTING and held.version == 2 and held.steps_used == 1
+        assert store.transition(conn, created, RunState.PLANNING) is None, "stale: refused, at once"
+        assert not any("UPDATE runs" in t for t in _deferred(conn))
+        assert store.transition(conn, held, RunState.OBSERVING) is not None
+    with store.handling(), store.tx() as conn:
+        unheld = store.get_run(run_id, conn)  # read, not held: checked at once
+        assert unheld is not None and store.transition(conn, unheld, RunState.PLANNING) is not None
+        assert not any("UPDATE runs" in t for t in _deferred(conn))
+    assert [(a["from_state"], a["to_state"]) for a in store.audit_trail(run_id)] == [
+        ("PENDING", "PLANNING"), ("PLANNING", "EXECUTING"), ("EXECUTING", "OBSERVING"), ("OBSERVING", "PLANNING")]
