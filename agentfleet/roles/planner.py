@@ -166,12 +166,12 @@ def _plan(step: Step, agent: Agent, iteration: int, new_messages: list[Message],
     run_id = step.env.run_id
     key = idempotency_key(run_id, iteration, "plan")
     with store.step_lock(key) as held:
-        if not held:
-            raise InFlight(f"plan step {key} is being planned elsewhere")
         # Asked before the run's row is held: a Redis that answers slowly must not keep a cancel waiting.
         offer = step.rt.dispatch.offer(list(agent.tools.values()), _unconsumed(step, agent))
         with store.tx() as conn:
-            found = store.get_run(run_id, conn, lock=True)
+            found = store.get_run(run_id, conn, lock=True)  # the step lock is asked for in the same round trip
+            if not held:  # nothing written yet: the transaction is dropped
+                raise InFlight(f"plan step {key} is being planned elsewhere")
             run = arrive(conn, found) if found is not None else None
             if run is None:
                 return step.commit(conn, [])
@@ -181,15 +181,16 @@ def _plan(step: Step, agent: Agent, iteration: int, new_messages: list[Message],
             if gate is not None:
                 status = ResultStatus.CANCELLED if gate.code == ErrorCode.CANCELLED else ResultStatus.FAILED
                 return _end_in(step, conn, run, run, new_messages, iteration, None, status, gate.code, gate.message)
-            record = store.begin_step(key=key, run_id=run_id, iteration=iteration, kind="plan", worker=step.worker,
-                                      input={"tools": offer.tools, "notice": offer.notice}, conn=conn)
+            intent = store.intend_step(conn, key=key, run_id=run_id, iteration=iteration, kind="plan",
+                                       worker=step.worker, input={"tools": offer.tools, "notice": offer.notice})
+            history = store.history(run_id, conn)  # read in the intent's round trip
+            record = intent()
             if record.status != "started":  # planned by an earlier handling that already committed its events
                 return step.commit(conn, [])
             if step.carried is None and record.attempts > step.rt.settings.max_step_attempts:
                 msg = f"planning iteration {iteration} crashed its worker {record.attempts - 1} times"
                 return _end_in(step, conn, run, run, new_messages, iteration, None, ResultStatus.FAILED,
                                ErrorCode.POISON_MESSAGE, msg)
-            history = store.history(run_id, conn)
             if run.lineage:  # retried or forked: the source's transcript first, read from it
                 history = store.lineage_history(run.lineage).plus(history.messages)
             summary = None  # the model-written summary the last turn recorded, to go on from

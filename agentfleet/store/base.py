@@ -20,7 +20,17 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import IntegrityError
 
 from agentfleet.hooks.base import Hooks
-from agentfleet.store.sql import POSTGRES, Sql, defer, defer_script, discard, execute, execute_script, watch
+from agentfleet.store.sql import (
+    POSTGRES,
+    Later,
+    Sql,
+    defer,
+    defer_script,
+    discard,
+    execute,
+    execute_script,
+    watch,
+)
 
 
 def lock_id(key: str) -> int:
@@ -66,6 +76,35 @@ class _Handling:
     def usable(self, store: StoreBase) -> bool:
         return (self.store is store and not self.in_tx and not self.broken and not self.conn.invalidated
                 and self.thread == threading.get_ident())
+
+
+class _StepHold:
+    """The answer of ``step_lock`` on a handling's connection: its ``pg_try_advisory_lock`` goes with the handling's
+    next statement (one round trip fewer), and is read when the answer is asked for (``bool``), sending it alone if
+    nothing went yet. A caller that asks after its first read writes nothing before: the step is not its own."""
+
+    def __init__(self, key: str, bound: _Handling, later: Later) -> None:
+        self.key, self.bound, self.later = key, bound, later
+        self._taken: bool | None = None
+
+    def taken(self, *, at_exit: bool = False) -> bool:
+        if self._taken is None:
+            conn = self.bound.conn
+            if self.later.dropped or (at_exit and (conn.invalidated or conn.closed)):
+                self._taken = False  # never sent (a rollback dropped it), or its session is gone with the lock
+            else:
+                try:
+                    self._taken = bool(self.later.rows().scalar())
+                except Exception:
+                    if not at_exit:
+                        raise
+                    self._taken = True  # not known: let go of it as if held (or the connection is closed)
+            if self._taken:
+                self.bound.locks.add(self.key)
+        return self._taken
+
+    def __bool__(self) -> bool:
+        return self.taken()
 
 
 @dataclass
@@ -226,6 +265,10 @@ class StoreBase:
         else:
             opened.after_commit.append(fn)
 
+    def in_tx(self, conn: Connection) -> bool:
+        """``conn`` is in a transaction opened by ``tx`` that has not ended."""
+        return id(conn) in self._open
+
     def held_runs(self, conn: Connection) -> dict[str, int] | None:
         """The runs ``conn``'s open transaction (opened by ``tx``) holds, by version, to read and add to; None outside
         ``tx``."""
@@ -267,13 +310,11 @@ class StoreBase:
             return
         bound = None if own_connection else self._bound()
         if bound is not None and key not in bound.locks:
-            got = bool(execute(bound.conn, TRY_LOCK, {"k": lock_id(key)}).scalar())
-            if got:
-                bound.locks.add(key)
+            hold = _StepHold(key, bound, defer(bound.conn, TRY_LOCK, {"k": lock_id(key)}, keep=True))
             try:
-                yield got
+                yield hold  # type: ignore[misc]  # a bool once asked
             finally:
-                if got and key in bound.locks:  # not let go of already by a COMMIT (``release_held``)
+                if hold.taken(at_exit=True) and key in bound.locks:  # not let go of already by a COMMIT
                     self._unlock(bound.conn, key, bound)
             return
         conn = self.engine.connect().execution_options(isolation_level="AUTOCOMMIT")

@@ -34,7 +34,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import cached_property
-from typing import Any
+from typing import Any, Literal, overload
 
 from sqlalchemy import JSON, Boolean, Connection, DateTime, Engine, Table, event
 from sqlalchemy.exc import DBAPIError
@@ -154,6 +154,36 @@ class Rows:
         return self.rows[0][0] if self.rows else None
 
 
+class Later:
+    """The rows of a deferred statement whose answer is wanted (``defer(..., keep=True)``), once the round trip it went
+    with is back: asking before that sends what is queued now (``flush``). A statement its transaction's rollback
+    dropped unsent never ran: ``dropped``, and asking raises."""
+
+    def __init__(self, conn: Connection, stmt: Sql) -> None:
+        self._conn, self._stmt = conn, stmt
+        self._rows: Rows | None = None
+        self.dropped = False
+
+    @property
+    def sent(self) -> bool:
+        return self._rows is not None
+
+    def rows(self) -> Rows:
+        if self._rows is None and not self.dropped:
+            flush(self._conn)
+        if self._rows is None:
+            raise RuntimeError("a deferred statement that was dropped unsent has no rows")
+        return self._rows
+
+    def _got(self, raw: Sequence[Sequence[Any]], rowcount: int) -> None:
+        dialect = self._conn.dialect.name
+        self._rows = Rows([self._stmt.load(r, dialect) for r in raw], rowcount)
+
+
+# A deferred statement: its text, its parameters (None: a script), and where its answer goes when it is wanted.
+_Queued = tuple[str, dict[str, Any] | None, Later | None]
+
+
 def execute(conn: Connection, stmt: Sql, values: Mapping[str, Any] | None = None) -> Rows:
     """Run ``stmt`` on ``conn``'s DBAPI connection (in the transaction it is in), returning its rows; what was
     deferred on the connection goes first, in the same round trip."""
@@ -175,7 +205,7 @@ def execute(conn: Connection, stmt: Sql, values: Mapping[str, Any] | None = None
         return Rows([stmt.load(r, dialect) for r in raw], rowcount)
     queued = _queued.pop(dbapi, None)
     if queued:
-        raw, rowcount = _pipelined(conn, dbapi, [*queued, (text, params)], stmt.returns_rows)
+        raw, rowcount = _pipelined(conn, dbapi, [*queued, (text, params, None)], stmt.returns_rows)
         return Rows([stmt.load(r, dialect) for r in raw], rowcount)
     cursor = _cursor_of(dbapi)
     try:
@@ -212,7 +242,7 @@ def execute_script(conn: Connection, text: str) -> None:
     dbapi = conn.connection.dbapi_connection
     assert dbapi is not None, "an invalidated connection"
     if text == "ROLLBACK":
-        _queued.pop(dbapi, None)
+        _dropped(_queued.pop(dbapi, None))
     if conn.dialect.name != POSTGRES:
         cursor = dbapi.cursor()
         try:
@@ -224,7 +254,7 @@ def execute_script(conn: Connection, text: str) -> None:
         return
     queued = _queued.pop(dbapi, None)
     if queued:
-        _pipelined(conn, dbapi, [*queued, (text, None)], False)
+        _pipelined(conn, dbapi, [*queued, (text, None, None)], False)
         return
     cursor = _cursor_of(dbapi)
     try:
@@ -236,19 +266,30 @@ def execute_script(conn: Connection, text: str) -> None:
 
 # -- deferred statements (Postgres) -------------------------------------------------------------------------------
 
-_queued: weakref.WeakKeyDictionary[Any, list[tuple[str, dict[str, Any] | None]]] = weakref.WeakKeyDictionary()
+_queued: weakref.WeakKeyDictionary[Any, list[_Queued]] = weakref.WeakKeyDictionary()
 
 
-def defer(conn: Connection, stmt: Sql, values: Mapping[str, Any] | None = None) -> None:
+@overload
+def defer(conn: Connection, stmt: Sql, values: Mapping[str, Any] | None = None, *,
+          keep: Literal[False] = False) -> None: ...
+@overload
+def defer(conn: Connection, stmt: Sql, values: Mapping[str, Any] | None = None, *, keep: Literal[True]) -> Later: ...
+def defer(conn: Connection, stmt: Sql, values: Mapping[str, Any] | None = None, *, keep: bool = False
+          ) -> Later | None:
     """Send ``stmt`` with the next statement executed on ``conn`` (or its COMMIT); SQLite: now (no round trip to
-    save). For statements whose result nobody reads: an error of theirs is raised by the one they go with."""
+    save). An error of its is raised by the statement it goes with. ``keep``: its rows are wanted, from the
+    ``Later`` returned, once that round trip is back (two questions in one round trip)."""
     dialect = conn.dialect.name
+    later = Later(conn, stmt) if keep else None
     if dialect != POSTGRES:
-        execute(conn, stmt, values)
-        return
+        rows = execute(conn, stmt, values)
+        if later is not None:
+            later._rows = rows
+        return later
     dbapi = conn.connection.dbapi_connection
     assert dbapi is not None, "an invalidated connection"
-    _queued.setdefault(dbapi, []).append((stmt.rendered(dialect), stmt.params(values or {}, dialect)))
+    _queued.setdefault(dbapi, []).append((stmt.rendered(dialect), stmt.params(values or {}, dialect), later))
+    return later
 
 
 def defer_script(conn: Connection, text: str) -> None:
@@ -258,13 +299,20 @@ def defer_script(conn: Connection, text: str) -> None:
         return
     dbapi = conn.connection.dbapi_connection
     assert dbapi is not None, "an invalidated connection"
-    _queued.setdefault(dbapi, []).append((text, None))
+    _queued.setdefault(dbapi, []).append((text, None, None))
+
+
+def _dropped(queued: list[_Queued] | None) -> list[str]:
+    for _, _, later in queued or ():
+        if later is not None:
+            later.dropped = True
+    return [text for text, _, _ in queued or ()]
 
 
 def discard(conn: Connection) -> list[str]:
     """Drop what is deferred on ``conn`` (its transaction is being rolled back); the statements dropped."""
     dbapi = conn.connection.dbapi_connection if not conn.invalidated else None
-    return [text for text, _ in _queued.pop(dbapi, [])] if dbapi is not None else []
+    return _dropped(_queued.pop(dbapi, None)) if dbapi is not None else []
 
 
 def flush(conn: Connection) -> None:
@@ -275,14 +323,22 @@ def flush(conn: Connection) -> None:
         _pipelined(conn, dbapi, queued, False)
 
 
-def _pipelined(conn: Connection, dbapi: Any, statements: list[tuple[str, dict[str, Any] | None]],
-               rows: bool) -> tuple[list[tuple[Any, ...]], int]:
-    """Every statement in one round trip (psycopg's pipeline mode); the last one's rows and row count. The first
-    error is raised (and the rest were not run: the transaction they were in is aborted)."""
+def _pipelined(conn: Connection, dbapi: Any, statements: list[_Queued], rows: bool
+               ) -> tuple[list[tuple[Any, ...]], int]:
+    """Every statement in one round trip (psycopg's pipeline mode); the last one's rows and row count, and the rows
+    of those whose answer is wanted (``Later``). The first error is raised (and the rest were not run: the
+    transaction they were in is aborted; a ``Later`` among them is dropped)."""
     cursors: list[Any] = []
     error = conn.dialect.loaded_dbapi.Error
     try:
-        _send(dbapi, statements, cursors, error)
+        try:
+            _send(dbapi, statements, cursors, error)
+        except error:
+            _dropped(statements)
+            raise
+        for (_, _, later), cursor in zip(statements, cursors, strict=False):
+            if later is not None:
+                later._got(cursor.fetchall() if later._stmt.returns_rows else [], cursor.rowcount)
         last = cursors[-1]
         return (last.fetchall() if rows else []), last.rowcount
     except error as exc:
@@ -293,8 +349,7 @@ def _pipelined(conn: Connection, dbapi: Any, statements: list[tuple[str, dict[st
             cursor.close()
 
 
-def _send(dbapi: Any, statements: list[tuple[str, dict[str, Any] | None]], cursors: list[Any],
-          error: type[Exception]) -> None:
+def _send(dbapi: Any, statements: list[_Queued], cursors: list[Any], error: type[Exception]) -> None:
     """Each statement on a cursor of its own (kept in ``cursors``), in one pipeline.
 
     A statement without parameters (BEGIN, COMMIT, SET LOCAL) is never prepared: it has nothing to plan, and psycopg
@@ -305,7 +360,7 @@ def _send(dbapi: Any, statements: list[tuple[str, dict[str, Any] | None]], curso
     failed: Exception | None = None
     try:
         with dbapi.pipeline():
-            for text, params in statements:
+            for text, params, _ in statements:
                 cursor = dbapi.cursor()
                 cursors.append(cursor)
                 try:
@@ -340,9 +395,9 @@ def _before_core(conn: Connection, cursor: Any, statement: str, parameters: Any,
 
 
 def _checked_in(dbapi: Any, record: Any) -> None:
-    if dbapi is not None and (left := _queued.pop(dbapi, None)):
+    if dbapi is not None and (left := _dropped(_queued.pop(dbapi, None))):
         log.error("a connection went back to the pool with statements still deferred; dropped",
-                  extra={"statements": [text[:80] for text, _ in left]})
+                  extra={"statements": [text[:80] for text in left]})
 
 
 def _wrapped(conn: Connection, exc: Exception, text: str, cursor: Any) -> BaseException:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy import Connection, select, update
@@ -50,16 +51,35 @@ class Steps(StoreBase):
         for an intent whose loss in a database crash only means the step runs again as a first attempt (a model
         turn, an idempotent tool; ``StoreBase.relax``).
         """
+        if conn is not None:
+            return self.intend_step(conn, key=key, run_id=run_id, iteration=iteration, kind=kind, call_id=call_id,
+                                    name=name, input=input, worker=worker)()
+        with self.tx(durable=durable) as own:  # the intent goes with the COMMIT: one round trip
+            intent = self.intend_step(own, key=key, run_id=run_id, iteration=iteration, kind=kind, call_id=call_id,
+                                      name=name, input=input, worker=worker)
+        return intent()
+
+    def intend_step(self, conn: Connection, *, key: str, run_id: str, iteration: int, kind: str, call_id: str = "",
+                    name: str = "", input: Any = None, worker: str | None = None) -> Callable[[], StepRecord]:
+        """``begin_step`` in ``conn``'s transaction, sent with the next statement (a read the caller needs anyway, or
+        the COMMIT); the record once that is back. A finished step's record is read then, apart."""
         values = dict(key=key, run_id=run_id, iteration=iteration, kind=kind, call_id=call_id, name=name,
                       input=input, worker=worker, at=now())
-        if conn is not None:
-            row = execute(conn, BEGIN_STEP, values).first() or execute(conn, STEP, {"key": key}).first()
-        else:
-            with self.tx(durable=durable) as own:
-                row = execute(own, BEGIN_STEP, values).first() or execute(own, STEP, {"key": key}).first()
-        assert row is not None, "an intent just written or found"
-        status, attempts, output, recorded = row
-        return StepRecord(key, status, attempts, output, fresh=status == "started" and attempts == 1, input=recorded)
+        later = defer(conn, BEGIN_STEP, values, keep=True)
+
+        def record() -> StepRecord:
+            row = later.rows().first()
+            if row is None and self.in_tx(conn):
+                row = execute(conn, STEP, {"key": key}).first()
+            elif row is None:
+                with self.reading() as read:
+                    row = execute(read, STEP, {"key": key}).first()
+            assert row is not None, "an intent just written or found"
+            status, attempts, output, recorded = row
+            return StepRecord(key, status, attempts, output, fresh=status == "started" and attempts == 1,
+                              input=recorded)
+
+        return record
 
     def record_step(self, conn: Connection, *, key: str, run_id: str, iteration: int, call_id: str, name: str,
                     input: Any, worker: str | None, status: str, output: Any) -> None:

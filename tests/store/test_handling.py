@@ -339,7 +339,7 @@ def _deferred(conn: object) -> list[str]:
     from agentfleet.store.sql import _queued
 
     dbapi = conn.connection.dbapi_connection  # type: ignore[attr-defined]
-    return [text for text, _ in _queued.get(dbapi, [])]
+    return [text for text, _, _ in _queued.get(dbapi, [])]
 
 
 def test_a_transition_of_a_run_its_transaction_holds_waits_for_the_next_round_trip(pg_store: Store) -> None:
@@ -365,3 +365,74 @@ def test_a_transition_of_a_run_its_transaction_holds_waits_for_the_next_round_tr
         assert not any("UPDATE runs" in t for t in _deferred(conn))
     assert [(a["from_state"], a["to_state"]) for a in store.audit_trail(run_id)] == [
         ("PENDING", "PLANNING"), ("PLANNING", "EXECUTING"), ("EXECUTING", "OBSERVING"), ("OBSERVING", "PLANNING")]
+
+
+@pytest.fixture
+def round_trips(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Each round trip to Postgres from here on, by the first words of its last statement."""
+    from agentfleet.store import sql
+
+    trips: list[str] = []
+    send, cursor_of = sql._send, sql._cursor_of
+
+    def counted_send(dbapi: object, statements: list, cursors: list, error: type[Exception]) -> None:
+        trips.append(statements[-1][0][:30])
+        send(dbapi, statements, cursors, error)
+
+    def counted_cursor(dbapi: object) -> object:
+        trips.append("(alone)")
+        return cursor_of(dbapi)
+
+    monkeypatch.setattr(sql, "_send", counted_send)
+    monkeypatch.setattr(sql, "_cursor_of", counted_cursor)
+    return trips
+
+
+def test_a_step_lock_asked_after_the_first_read_goes_with_it_and_one_held_elsewhere_is_not_taken(
+        pg_store: Store, round_trips: list[str]) -> None:
+    store, run_id = pg_store, f"r-lock-{uuid.uuid4().hex}"
+    with store.tx() as conn:
+        store.create_run(conn, run_id=run_id, agent="a", goal_id=run_id, trace_id="t", input={}, limits={})
+    round_trips.clear()
+    with store.handling(), store.step_lock("k-with-read") as held:
+        with store.tx() as conn:
+            assert store.get_run(run_id, conn, lock=True) is not None
+            assert len(round_trips) == 1, "the lock, BEGIN and the read: one round trip"
+            assert held
+            with store.step_lock("k-with-read", own_connection=True) as elsewhere:
+                assert not elsewhere
+    with store.step_lock("k-with-read", own_connection=True) as after:
+        assert after, "let go at the end"
+        with store.handling(), store.step_lock("k-with-read") as held:
+            with pytest.raises(RuntimeError), store.tx() as conn:
+                assert store.get_run(run_id, conn, lock=True) is not None
+                if not held:
+                    raise RuntimeError("held elsewhere: the handling writes nothing")
+    with store.handling(), store.step_lock("k-dropped") as held:  # never sent: its transaction ended unsent
+        with pytest.raises(RuntimeError), store.tx() as conn:
+            _note(conn, "d-never-sent")
+            raise RuntimeError("failed before a round trip")
+        assert not held, "a lock never asked for is not held"
+    with store.step_lock("k-dropped", own_connection=True) as free:
+        assert free
+
+
+def test_an_intent_goes_with_the_next_read_or_its_commit(pg_store: Store, round_trips: list[str]) -> None:
+    from agentfleet.store.steps import STEP
+
+    store, key = pg_store, f"k-intent-{uuid.uuid4().hex}"
+    with store.handling(), store.tx() as conn:
+        intent = store.intend_step(conn, key=key, run_id="r-intent", iteration=0, kind="plan")
+        assert execute(conn, STEP, {"key": "no-such-step"}).first() is None
+        assert len(round_trips) == 1
+        record = intent()
+        assert (record.status, record.attempts, record.fresh) == ("started", 1, True) and len(round_trips) == 1
+    round_trips.clear()
+    with store.handling():
+        again = store.begin_step(key=key, run_id="r-intent", iteration=0, kind="plan", durable=False)
+        assert (again.status, again.attempts, again.fresh) == ("started", 2, False)
+        assert round_trips == ["COMMIT"], "its own transaction: the intent went with the COMMIT"
+        with store.tx() as conn:
+            store.finish_step(conn, key, status="succeeded", output={"ok": True}, duration_ms=1.0)
+        done = store.begin_step(key=key, run_id="r-intent", iteration=0, kind="plan")
+        assert (done.status, done.attempts, done.output) == ("succeeded", 2, {"ok": True}), "read apart, as it was"
