@@ -78,7 +78,7 @@ class _Handling:
                 and self.thread == threading.get_ident())
 
 
-class _StepHold:
+class StepHold:
     """The answer of ``step_lock`` on a handling's connection: its ``pg_try_advisory_lock`` goes with the handling's
     next statement (one round trip fewer), and is read when the answer is asked for (``bool``), sending it alone if
     nothing went yet. A caller that asks after its first read writes nothing before: the step is not its own."""
@@ -288,13 +288,14 @@ class StoreBase:
         return conn.execute(stmt).first() is not None
 
     @contextmanager
-    def step_lock(self, key: str, *, own_connection: bool = False) -> Iterator[bool]:
+    def step_lock(self, key: str, *, own_connection: bool = False) -> Iterator[bool | StepHold]:
         """Exclusive hold on one step while it runs; released if this process dies.
 
         Postgres: a session advisory lock, on the handling's connection when there is one (a killed worker's
         connection drops, and the lock with it), else on a connection of its own. ``own_connection``: always
         its own (a session's advisory locks are re-entrant: asking whether a step is held must not ask the
-        holder's own session). SQLite (one process): a local set.
+        holder's own session). SQLite (one process): a local set. What it yields is true when the step is this
+        handling's: on a handling's connection that is asked with its next statement (``StepHold``).
         """
         if self.dialect != POSTGRES:
             with self._local_guard:
@@ -310,9 +311,9 @@ class StoreBase:
             return
         bound = None if own_connection else self._bound()
         if bound is not None and key not in bound.locks:
-            hold = _StepHold(key, bound, defer(bound.conn, TRY_LOCK, {"k": lock_id(key)}, keep=True))
+            hold = StepHold(key, bound, defer(bound.conn, TRY_LOCK, {"k": lock_id(key)}, keep=True))
             try:
-                yield hold  # type: ignore[misc]  # a bool once asked
+                yield hold
             finally:
                 if hold.taken(at_exit=True) and key in bound.locks:  # not let go of already by a COMMIT
                     self._unlock(bound.conn, key, bound)

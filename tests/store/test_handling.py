@@ -394,20 +394,19 @@ def test_a_step_lock_asked_after_the_first_read_goes_with_it_and_one_held_elsewh
     with store.tx() as conn:
         store.create_run(conn, run_id=run_id, agent="a", goal_id=run_id, trace_id="t", input={}, limits={})
     round_trips.clear()
-    with store.handling(), store.step_lock("k-with-read") as held:
-        with store.tx() as conn:
-            assert store.get_run(run_id, conn, lock=True) is not None
-            assert len(round_trips) == 1, "the lock, BEGIN and the read: one round trip"
-            assert held
-            with store.step_lock("k-with-read", own_connection=True) as elsewhere:
-                assert not elsewhere
+    with store.handling(), store.step_lock("k-with-read") as held, store.tx() as conn:
+        assert store.get_run(run_id, conn, lock=True) is not None
+        assert len(round_trips) == 1, "the lock, BEGIN and the read: one round trip"
+        assert held
+        with store.step_lock("k-with-read", own_connection=True) as elsewhere:
+            assert not elsewhere
     with store.step_lock("k-with-read", own_connection=True) as after:
         assert after, "let go at the end"
-        with store.handling(), store.step_lock("k-with-read") as held:
-            with pytest.raises(RuntimeError), store.tx() as conn:
-                assert store.get_run(run_id, conn, lock=True) is not None
-                if not held:
-                    raise RuntimeError("held elsewhere: the handling writes nothing")
+        with store.handling(), store.step_lock("k-with-read") as held, pytest.raises(RuntimeError), \
+                store.tx() as conn:
+            assert store.get_run(run_id, conn, lock=True) is not None
+            if not held:
+                raise RuntimeError("held elsewhere: the handling writes nothing")
     with store.handling(), store.step_lock("k-dropped") as held:  # never sent: its transaction ended unsent
         with pytest.raises(RuntimeError), store.tx() as conn:
             _note(conn, "d-never-sent")
