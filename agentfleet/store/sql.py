@@ -316,11 +316,26 @@ def discard(conn: Connection) -> list[str]:
 
 
 def flush(conn: Connection) -> None:
-    """Send what is deferred on ``conn`` now."""
+    """Send what is deferred on ``conn`` now: one statement on its own (a pipeline of one cost 142 µs of CPU here
+    against 70 for the statement alone), more in one pipeline."""
     dbapi = conn.connection.dbapi_connection if not conn.invalidated else None
     queued = _queued.pop(dbapi, None) if dbapi is not None else None
-    if queued:
+    if not queued:
+        return
+    if len(queued) > 1:
         _pipelined(conn, dbapi, queued, False)
+        return
+    text, params, later = queued[0]
+    cursor = _cursor_of(dbapi)
+    try:
+        cursor.execute(text, params, prepare=params is not None)
+        raw = cursor.fetchall() if later is not None and later._stmt.returns_rows else []
+    except conn.dialect.loaded_dbapi.Error as exc:
+        _cursors.pop(dbapi, None)
+        _dropped(queued)
+        raise _wrapped(conn, exc, text, cursor) from exc
+    if later is not None:
+        later._got(raw, cursor.rowcount)
 
 
 def _pipelined(conn: Connection, dbapi: Any, statements: list[_Queued], rows: bool
