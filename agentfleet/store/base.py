@@ -81,7 +81,8 @@ class _Handling:
 class StepHold:
     """The answer of ``step_lock`` on a handling's connection: its ``pg_try_advisory_lock`` goes with the handling's
     next statement (one round trip fewer), and is read when the answer is asked for (``bool``), sending it alone if
-    nothing went yet. A caller that asks after its first read writes nothing before: the step is not its own."""
+    nothing went yet. A caller that asks after its first read writes nothing before: the step is not its own. One never
+    asked for and never sent is dropped at the end, unsent: nothing taken, nothing to let go."""
 
     def __init__(self, key: str, bound: _Handling, later: Later) -> None:
         self.key, self.bound, self.later = key, bound, later
@@ -89,16 +90,13 @@ class StepHold:
 
     def taken(self, *, at_exit: bool = False) -> bool:
         if self._taken is None:
-            conn = self.bound.conn
-            if self.later.dropped or (at_exit and (conn.invalidated or conn.closed)):
-                self._taken = False  # never sent (a rollback dropped it), or its session is gone with the lock
+            later, conn = self.later, self.bound.conn
+            if at_exit and not later.sent:  # never asked for, or dropped unsent by a rollback
+                if not later.dropped and not conn.invalidated:
+                    discard(conn)  # no transaction is open now: the lock is all that waits
+                self._taken = False
             else:
-                try:
-                    self._taken = bool(self.later.rows().scalar())
-                except Exception:
-                    if not at_exit:
-                        raise
-                    self._taken = True  # not known: let go of it as if held (or the connection is closed)
+                self._taken = not later.dropped and bool(later.rows().scalar())
             if self._taken:
                 self.bound.locks.add(self.key)
         return self._taken
@@ -269,7 +267,7 @@ class StoreBase:
         """``conn`` is in a transaction opened by ``tx`` that has not ended."""
         return id(conn) in self._open
 
-    def held_runs(self, conn: Connection) -> dict[str, int] | None:
+    def _held_runs(self, conn: Connection) -> dict[str, int] | None:
         """The runs ``conn``'s open transaction (opened by ``tx``) holds, by version, to read and add to; None outside
         ``tx``."""
         opened = self._open.get(id(conn))

@@ -125,14 +125,13 @@ class Runs(StoreBase):
         stmt = GET_RUN_LOCKED if lock else GET_RUN
         if conn is not None:
             row = execute(conn, stmt, {"run_id": run_id}).first()
-            if row is not None and lock:
-                run = run_from(row)
-                self._hold(conn, run.run_id, run.version)
-                return run
         else:
             with self.reading() as own:
                 row = execute(own, stmt, {"run_id": run_id}).first()
-        return run_from(row) if row else None
+        run = run_from(row) if row else None
+        if run is not None and lock and conn is not None:
+            self._hold(conn, run.run_id, run.version)
+        return run
 
     def get_runs(self, run_ids: list[str], conn: Connection | None = None, *, lock: bool = False
                  ) -> list[RunRecord]:
@@ -164,7 +163,7 @@ class Runs(StoreBase):
             assert change is not None
             params.update({f"a_{k}": v for k, v in change.record().items()})
         stmt = (_audited_transition_sql if audited else _transition_sql)(tuple(fields))
-        held = self.held_runs(conn)
+        held = self._held_runs(conn)
         if held is not None and held.get(run.run_id) == run.version and self.dialect == POSTGRES:
             defer(conn, stmt, params)  # the row is held at this version: the compare-and-set cannot miss
         elif execute(conn, stmt, params).rowcount != 1:
@@ -177,7 +176,7 @@ class Runs(StoreBase):
 
     def _hold(self, conn: Connection, run_id: str, version: int) -> None:
         """``conn``'s open transaction holds the run's row at ``version`` (a lock, until it ends)."""
-        held = self.held_runs(conn)
+        held = self._held_runs(conn)
         if held is not None:
             held[run_id] = version
 

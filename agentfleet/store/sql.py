@@ -207,14 +207,7 @@ def execute(conn: Connection, stmt: Sql, values: Mapping[str, Any] | None = None
     if queued:
         raw, rowcount = _pipelined(conn, dbapi, [*queued, (text, params, None)], stmt.returns_rows)
         return Rows([stmt.load(r, dialect) for r in raw], rowcount)
-    cursor = _cursor_of(dbapi)
-    try:
-        cursor.execute(text, params, prepare=True)
-        raw = cursor.fetchall() if stmt.returns_rows else []
-        rowcount = cursor.rowcount
-    except conn.dialect.loaded_dbapi.Error as exc:
-        _cursors.pop(dbapi, None)
-        raise _wrapped(conn, exc, text, cursor) from exc
+    raw, rowcount = _alone(conn, dbapi, text, params, stmt.returns_rows)
     return Rows([stmt.load(r, dialect) for r in raw], rowcount)
 
 
@@ -234,6 +227,19 @@ def _cursor_of(dbapi: Any) -> Any:
     if cursor is None or cursor.closed:
         cursor = _cursors[dbapi] = dbapi.cursor()
     return cursor
+
+
+def _alone(conn: Connection, dbapi: Any, text: str, params: dict[str, Any] | None, rows: bool
+           ) -> tuple[list[tuple[Any, ...]], int]:
+    """One statement in its own round trip, on the connection's kept cursor (Postgres): its rows (when ``rows``) and
+    row count. Prepared when it has parameters (``_send`` says why a script is not)."""
+    cursor = _cursor_of(dbapi)
+    try:
+        cursor.execute(text, params, prepare=params is not None)
+        return (cursor.fetchall() if rows else []), cursor.rowcount
+    except conn.dialect.loaded_dbapi.Error as exc:
+        _cursors.pop(dbapi, None)
+        raise _wrapped(conn, exc, text, cursor) from exc
 
 
 def execute_script(conn: Connection, text: str) -> None:
@@ -256,12 +262,7 @@ def execute_script(conn: Connection, text: str) -> None:
     if queued:
         _pipelined(conn, dbapi, [*queued, (text, None, None)], False)
         return
-    cursor = _cursor_of(dbapi)
-    try:
-        cursor.execute(text, prepare=False)  # BEGIN, COMMIT …: nothing to plan (``_send`` says why not)
-    except conn.dialect.loaded_dbapi.Error as exc:
-        _cursors.pop(dbapi, None)
-        raise _wrapped(conn, exc, text, cursor) from exc
+    _alone(conn, dbapi, text, None, False)
 
 
 # -- deferred statements (Postgres) -------------------------------------------------------------------------------
@@ -326,16 +327,13 @@ def flush(conn: Connection) -> None:
         _pipelined(conn, dbapi, queued, False)
         return
     text, params, later = queued[0]
-    cursor = _cursor_of(dbapi)
     try:
-        cursor.execute(text, params, prepare=params is not None)
-        raw = cursor.fetchall() if later is not None and later._stmt.returns_rows else []
-    except conn.dialect.loaded_dbapi.Error as exc:
-        _cursors.pop(dbapi, None)
+        raw, rowcount = _alone(conn, dbapi, text, params, later is not None and later._stmt.returns_rows)
+    except BaseException:
         _dropped(queued)
-        raise _wrapped(conn, exc, text, cursor) from exc
+        raise
     if later is not None:
-        later._got(raw, cursor.rowcount)
+        later._got(raw, rowcount)
 
 
 def _pipelined(conn: Connection, dbapi: Any, statements: list[_Queued], rows: bool
@@ -346,17 +344,14 @@ def _pipelined(conn: Connection, dbapi: Any, statements: list[_Queued], rows: bo
     cursors: list[Any] = []
     error = conn.dialect.loaded_dbapi.Error
     try:
-        try:
-            _send(dbapi, statements, cursors, error)
-        except error:
-            _dropped(statements)
-            raise
-        for (_, _, later), cursor in zip(statements, cursors, strict=False):
+        _send(dbapi, statements, cursors, error)
+        for (_, _, later), cursor in zip(statements, cursors, strict=True):
             if later is not None:
                 later._got(cursor.fetchall() if later._stmt.returns_rows else [], cursor.rowcount)
         last = cursors[-1]
         return (last.fetchall() if rows else []), last.rowcount
     except error as exc:
+        _dropped(statements)
         text = statements[max(len(cursors) - 1, 0)][0]  # the one being sent when the error came back
         raise _wrapped(conn, exc, text, cursors[-1] if cursors else None) from exc
     finally:

@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 
 import pytest
 from sqlalchemy import insert, select, text
+from sqlalchemy.exc import DBAPIError
 
 from agentfleet.events.envelope import Envelope, EventType, RunCancelRequested
 from agentfleet.loop.states import RunState
@@ -435,3 +436,38 @@ def test_an_intent_goes_with_the_next_read_or_its_commit(pg_store: Store, round_
             store.finish_step(conn, key, status="succeeded", output={"ok": True}, duration_ms=1.0)
         done = store.begin_step(key=key, run_id="r-intent", iteration=0, kind="plan")
         assert (done.status, done.attempts, done.output) == ("succeeded", 2, {"ok": True}), "read apart, as it was"
+
+
+def test_a_step_lock_never_asked_for_costs_no_round_trip(
+        pg_store: Store, round_trips: list[str], caplog: pytest.LogCaptureFixture) -> None:
+    """A handling that fails before its first statement (Redis gave no answer, the goal did not fit) never asked for
+    its step: nothing is sent to take a lock only to let it go, and nothing is left deferred behind."""
+    store = pg_store
+    with pytest.raises(RuntimeError), store.handling(), store.step_lock("k-unasked"):
+        raise RuntimeError("failed before the first read")
+    assert round_trips == []
+    assert "still deferred" not in caplog.text
+    with store.step_lock("k-unasked", own_connection=True) as free:
+        assert free
+
+
+def test_a_database_gone_with_a_step_lock_in_flight_fails_the_step_retryably_and_leaks_nothing(
+        pg_store: Store) -> None:
+    """The lock went with the read; the database dropped the session before they came back: the step fails with the
+    transient error (not one from letting go of the lock), and the next handling takes the step."""
+    store, run_id = pg_store, f"r-gone-{uuid.uuid4().hex}"
+    with store.tx() as conn:
+        store.create_run(conn, run_id=run_id, agent="a", goal_id=run_id, trace_id="t", input={}, limits={})
+    with pytest.raises(DBAPIError) as failed, store.handling():
+        with store.reading() as conn:
+            pid = execute(conn, BACKEND_PID).scalar()
+        with make_engine(str(store.engine.url.render_as_string(hide_password=False))).connect() as admin:
+            admin.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+            admin.commit()
+        with store.step_lock("k-gone") as held, store.tx() as conn:
+            store.get_run(run_id, conn, lock=True)  # the lock, BEGIN and the read, on the dropped session
+            assert held, "not reached: the read fails"
+    assert is_transient(failed.value), failed.value
+    with store.handling(), store.step_lock("k-gone") as held, store.tx() as conn:
+        assert store.get_run(run_id, conn, lock=True) is not None
+        assert held
