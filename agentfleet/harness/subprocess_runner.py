@@ -26,9 +26,9 @@ from agentfleet.errors import ErrorCode
 from agentfleet.harness import tool_events
 from agentfleet.harness.tool_events import TOOL_EVENTS_MAX_BYTES
 from agentfleet.loop.transcript import ToolResult
-from agentfleet.sandbox.bwrap import TOOLDIR, WORKDIR, bounds_for, bwrap_args, support, tool_env
+from agentfleet.sandbox.bwrap import TOOLDIR, WORKDIR, bounds_for, bwrap_args, guarded, support, tool_env
 from agentfleet.sandbox.options import ResourceLimits, Sandbox
-from agentfleet.sandbox.process import Exited, SideChannel, run_child
+from agentfleet.sandbox.process import Exited, Lifeline, SideChannel, run_child
 from agentfleet.tools.tool import Command, Produced, Tool, ToolContext
 
 log = logging.getLogger(__name__)
@@ -81,14 +81,17 @@ class SubprocessRunner:
                 command = export_workdir(command, kept.write_fd)
                 side.append(kept)
             try:
+                lifeline = stack.enter_context(Lifeline())
                 bounds = stack.enter_context(bounds_for(tool.name, limits))
-                for channel in side:  # opened again by path in the sandbox (/proc/self/fd/N): the call's uid
-                    bounds.own(channel.write_fd)
+                for fd in (*(channel.write_fd for channel in side), lifeline.read_fd):
+                    bounds.own(fd)  # opened again by path in the sandbox (/proc/self/fd/N): the call's uid
                 args = stack.enter_context(bwrap_args(self.sandbox, self.directory, env))
-                exited = run_child(["bwrap", *args.argv, "--", *command], json.dumps(kwargs).encode(),
-                                   timeout_s=timeout_s, cancelled=lambda: ctx.cancelled, max_stdout=self.max_output,
+                exited = run_child(["bwrap", *args.argv, "--", *guarded(command, lifeline.read_fd)],
+                                   json.dumps(kwargs).encode(), timeout_s=timeout_s,
+                                   cancelled=lambda: ctx.cancelled, max_stdout=self.max_output,
                                    env={},  # bwrap's own process (pid 1 in the sandbox) carries no secret either
-                                   popen={"preexec_fn": bounds.preexec, "pass_fds": args.fds}, side=side)
+                                   popen={"preexec_fn": bounds.preexec, "pass_fds": args.fds}, side=side,
+                                   lifeline=lifeline)
             except OSError as exc:
                 return ToolResult.failure(ErrorCode.TOOL_UNAVAILABLE, f"{tool.name} could not be started: {exc}",
                                           "Do without this tool for now.", retryable=True)

@@ -17,6 +17,11 @@ cannot talk its way past a namespace. What a tool sees:
 * new PID, IPC, UTS and user namespaces: when bubblewrap's own process dies, every process the
   tool started dies with it (``--die-with-parent`` and the PID namespace's init), so a grandchild
   that left the process group cannot outlive the call;
+* a guard beside the tool (``guarded``): ``--die-with-parent`` binds each of bubblewrap's processes
+  only once it has called ``prctl``, and a worker killed (or a call cancelled) before that left the
+  sandbox's init running the tool for as long as it liked. The guard, a shell in the sandbox's PID
+  namespace, waits on the call's lifeline and kills every process in the namespace when it reads
+  EOF: the call is over, or the worker is gone, at whatever moment it went;
 * per-call bounds (``call_bounds``): a uid of its own, a cgroup of its own where the host offers
   one, and rlimits on CPU time, address space, open files, file size and processes.
 
@@ -33,7 +38,7 @@ import shutil
 import subprocess
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,6 +51,12 @@ SYSTEM_DIRS = ("/usr", "/etc", "/opt")
 MERGED_LINKS = ("/bin", "/lib", "/lib64", "/lib32", "/sbin")  # links into /usr on merged-/usr systems
 BASE_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": WORKDIR, "LANG": "C.UTF-8", "TMPDIR": "/tmp"}
 SUPPORT_TTL_S = 30.0  # how long one probe of bubblewrap counts in a process
+GUARD_NAME = "agentfleet-sandbox-guard"  # $0 of the guard's shell, as the process table shows it
+GUARD_PROCESSES = 1  # the guard's own process, added to what the tool may start
+# The guard: a subshell (stdio to /dev/null: it must not hold the call's output open) that reads the lifeline
+# until EOF, then SIGKILLs every process of the sandbox's PID namespace it may signal (all but init and itself);
+# the shell itself becomes the tool. Only inside a PID namespace of the call's own is ``kill -1`` this narrow.
+GUARD = '(exec </dev/null >/dev/null 2>&1; read -r _ < /proc/self/fd/{fd}; kill -KILL -1) & exec "$@"'
 
 
 @dataclass(frozen=True)
@@ -92,7 +103,7 @@ def _probe() -> Support:
 
 
 def _bounds_of(limits: ResourceLimits) -> dict[str, int]:
-    return {"processes": limits.processes, "memory_mb": limits.memory_mb, "cpu_s": limits.cpu_s,
+    return {"processes": limits.processes + GUARD_PROCESSES, "memory_mb": limits.memory_mb, "cpu_s": limits.cpu_s,
             "open_files": limits.open_files, "file_size_mb": limits.file_size_mb}
 
 
@@ -148,6 +159,12 @@ def sandbox_options(sandbox: Sandbox, tooldir: Path | None, env: Mapping[str, st
     for name, value in env.items():
         cmd += ["--setenv", name, value]
     return cmd
+
+
+def guarded(command: Sequence[str], lifeline_fd: int) -> list[str]:
+    """``command`` under the guard that ends the sandbox's processes when the lifeline on ``lifeline_fd`` reads
+    EOF (the descriptor must be open, and readable by the call's uid, in bubblewrap's process)."""
+    return ["/bin/sh", "-c", GUARD.format(fd=int(lifeline_fd)), GUARD_NAME, *command]
 
 
 def tool_env(sandbox: Sandbox, worker_env: Mapping[str, str] | None = None) -> dict[str, str]:
