@@ -3,10 +3,11 @@
 
 The same store calls, in the same transactions and order, as the planner (step lock, the run held, the move to the
 next iteration, the intent, the transcript read, then the turn, the plan step's outcome, the move to EXECUTING and
-the dedupe mark), the executor (step lock, intent, outcome, mark) and the observer (the run held, the result, the
-move to OBSERVING, the mark), on a scratch Postgres database. Prints the median wall and CPU time of an iteration
-after the first fifth. The fleet's own figures move ±15% from one minute to the next on this machine; this one moves
-less, so an A/B of a store change is run by alternating two trees (``PYTHONPATH=<tree>``) many times, short runs.
+the dedupe mark), the executor (step lock with the intent, outcome, mark) and the observer (the run held, the
+result, the move to OBSERVING, the mark), on a scratch Postgres database. Prints the median wall and CPU time of an
+iteration after the first fifth. The fleet's own figures move ±15% from one minute to the next on this machine; this
+one moves less, so an A/B of a store change is run by alternating two trees (``PYTHONPATH=<tree>``) many times,
+short runs.
 """
 
 from __future__ import annotations
@@ -53,9 +54,9 @@ def iterations(store: Store, n: int) -> tuple[float, float]:
                 store.mark_processed(conn, uuid.uuid4().hex, "planner", [{"x": 1}], run_id=run_id, deferred=True)
                 store.release_held(conn)
         with store.handling(), store.step_lock(tool_key) as held:
-            assert held
-            store.begin_step(key=tool_key, run_id=run_id, iteration=it, kind="tool", call_id="c", name="t", input={},
-                             durable=False)
+            record = store.begin_step(key=tool_key, run_id=run_id, iteration=it, kind="tool", call_id="c", name="t",
+                                      input={}, durable=False, hold=held)
+            assert record is not None and held
             with store.tx() as conn:
                 store.finish_step(conn, tool_key, status="succeeded", output={"ok": True}, duration_ms=0.1)
                 store.mark_processed(conn, uuid.uuid4().hex, "executor", [{"x": 1}], run_id=run_id, deferred=True)

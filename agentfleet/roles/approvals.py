@@ -19,7 +19,7 @@ tick turned a backlog into a flood of duplicates).
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -42,6 +42,7 @@ from agentfleet.loop.states import RunState, is_terminal
 from agentfleet.loop.transcript import ToolResult
 from agentfleet.redaction import redact, unmasked
 from agentfleet.roles import step_notices
+from agentfleet.roles.retry import InFlight
 from agentfleet.roles.runtime import Runtime
 from agentfleet.roles.step import Step
 from agentfleet.store.records import ApprovalRecord, RunRecord, now
@@ -192,8 +193,9 @@ def policy_verdict(step: Step, agent: Agent, tool: Tool, arguments: dict[str, An
                            expires_s=tool.approval_expires_s, rules=rules)
 
 
-def clear(step: Step, req: ToolRequested) -> Cleared | list[Envelope]:
-    """What the policy (or, for a call sent again after an answer, the answer) says; parked: its events."""
+def clear(step: Step, req: ToolRequested, mine: Callable[[], bool] = lambda: True) -> Cleared | list[Envelope]:
+    """What the policy (or, for a call sent again after an answer, the answer) says; parked: its events. ``mine``:
+    whether the step is this handling's (its lock), asked before anything is written (InFlight if not)."""
     store = step.rt.store
     if req.approval_id is not None:
         record = store.approval(req.approval_id)
@@ -211,6 +213,8 @@ def clear(step: Step, req: ToolRequested) -> Cleared | list[Envelope]:
         return Cleared(bound, ToolResult.failure(
             ErrorCode.PERMISSION_DENIED, f"{tool.name} refused by policy ({verdict.rule}): {verdict.reason}",
             "Do not repeat this call as it is; change it or carry on without it."))
+    if not mine():
+        raise InFlight(f"tool step {req.idempotency_key} is running elsewhere")
     return _park(step, req, tool, verdict, bound)
 
 

@@ -41,16 +41,19 @@ def on_tool_requested(step: Step) -> list[Envelope]:
     store = step.rt.store
     key = req.idempotency_key
     with store.step_lock(key) as held:
-        if not held:
-            raise InFlight(f"tool step {key} is running elsewhere")
-        cleared = approvals.clear(step, req)
+        # The policy is decided first (pure: nothing is written before the step is known to be this handling's);
+        # the lock is then asked with the intent, in one statement (``begin_step``), unless parking asked it.
+        cleared = approvals.clear(step, req, mine=lambda: bool(held))
         if isinstance(cleared, list):
             return cleared  # parked for a person: nothing ran
         # The intent must reach the disk before a call that may not run twice; a repeatable call's may not.
         record = store.begin_step(
             key=key, run_id=step.env.run_id, iteration=req.iteration, kind="tool", call_id=req.call.id,
             name=req.call.name, input=cleared.arguments, worker=step.worker, durable=not _repeatable(step, req),
+            hold=held,
         )
+        if record is None:
+            raise InFlight(f"tool step {key} is running elsewhere")
         ran = False
         published: list[tuple[str, dict[str, Any]]] = []  # domain events the call published
         how = resume_call(status=record.status, delegated=delegation.DELEGATED, carried=step.carried is not None,

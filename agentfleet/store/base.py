@@ -9,7 +9,7 @@ import logging
 import os
 import socket
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,6 +29,7 @@ from agentfleet.store.sql import (
     discard,
     execute,
     execute_script,
+    undefer,
     watch,
 )
 
@@ -103,6 +104,20 @@ class StepHold:
 
     def __bool__(self) -> bool:
         return self.taken()
+
+    @property
+    def pending(self) -> bool:
+        """Not asked yet: its try waits, unsent, for the handling's next statement."""
+        return self._taken is None and not self.later.sent and not self.later.dropped
+
+    def ask_with(self, conn: Connection, stmt: Sql, values: Mapping[str, Any]) -> Later | None:
+        """Ask for the lock with ``stmt`` instead (on the handling's connection, in the transaction open there),
+        whose first column is the answer and whose write is made only when the lock was taken: the intent of a
+        step and its lock in one statement. None when the lone try has gone already (its answer stands)."""
+        if self._taken is not None or conn is not self.bound.conn or not undefer(conn, self.later):
+            return None
+        self.later = defer(conn, stmt, values, keep=True)
+        return self.later
 
 
 @dataclass

@@ -310,6 +310,20 @@ def _dropped(queued: list[_Queued] | None) -> list[str]:
     return [text for text, _, _ in queued or ()]
 
 
+def undefer(conn: Connection, later: Later) -> bool:
+    """Take ``later``'s statement back, unsent, from what is deferred on ``conn``: False when it is not there (it
+    went already, or was dropped)."""
+    dbapi = conn.connection.dbapi_connection if not conn.invalidated else None
+    queued = _queued.get(dbapi) if dbapi is not None else None
+    for i, (_, _, kept) in enumerate(queued or ()):
+        if kept is later:
+            del queued[i]  # type: ignore[index]
+            if not queued:
+                _queued.pop(dbapi, None)
+            return True
+    return False
+
+
 def discard(conn: Connection) -> list[str]:
     """Drop what is deferred on ``conn`` (its transaction is being rolled back); the statements dropped."""
     dbapi = conn.connection.dbapi_connection if not conn.invalidated else None

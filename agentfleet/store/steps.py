@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, Literal, overload
 
 from sqlalchemy import Connection, select, update
 
 from agentfleet.store import tables as T
-from agentfleet.store.base import StoreBase
+from agentfleet.store.base import StepHold, StoreBase, lock_id
 from agentfleet.store.records import StepRecord, as_utc, now
 from agentfleet.store.sql import Sql, defer, execute
 
@@ -21,6 +21,18 @@ BEGIN_STEP = Sql(
     "started_at = excluded.started_at WHERE steps.status = 'started' "
     "RETURNING status, attempts, output, input",
     json=frozenset({"input"}), times=frozenset({"at"}), result=(None, None, "json", "json"))
+# The same, made only if this session takes the step's lock (``pg_try_advisory_lock``, in the same statement):
+# the lock's answer first, then the intent's row (none: held elsewhere and nothing written, or finished).
+HELD_BEGIN_STEP = Sql(
+    "WITH lock AS MATERIALIZED (SELECT pg_try_advisory_lock(:k) AS held), intent AS ("
+    "INSERT INTO steps (idempotency_key, run_id, iteration, kind, call_id, name, status, attempts, input, worker, "
+    "started_at) SELECT :key, :run_id, :iteration, :kind, :call_id, :name, 'started', 1, :input, :worker, :at "
+    "FROM lock WHERE lock.held "
+    "ON CONFLICT (idempotency_key) DO UPDATE SET attempts = steps.attempts + 1, worker = excluded.worker, "
+    "started_at = excluded.started_at WHERE steps.status = 'started' "
+    "RETURNING status, attempts, output, input) "
+    "SELECT lock.held, intent.status, intent.attempts, intent.output, intent.input FROM lock LEFT JOIN intent ON true",
+    json=frozenset({"input"}), times=frozenset({"at"}), result=(None, None, None, "json", "json"), rows=True)
 STEP = Sql("SELECT status, attempts, output, input FROM steps WHERE idempotency_key = :key",
            result=(None, None, "json", "json"))
 FINISH_STEP = Sql(
@@ -31,6 +43,14 @@ FINISH_STEP = Sql(
 class Steps(StoreBase):
     """Steps checkpointed under their idempotency keys."""
 
+    @overload
+    def begin_step(self, *, key: str, run_id: str, iteration: int, kind: str, call_id: str = "", name: str = "",
+                   input: Any = None, worker: str | None = None, durable: bool = True, conn: Connection | None = None,
+                   hold: Literal[True] = True) -> StepRecord: ...
+    @overload
+    def begin_step(self, *, key: str, run_id: str, iteration: int, kind: str, call_id: str = "", name: str = "",
+                   input: Any = None, worker: str | None = None, durable: bool = True, conn: Connection | None = None,
+                   hold: bool | StepHold) -> StepRecord | None: ...
     def begin_step(
         self,
         *,
@@ -44,13 +64,28 @@ class Steps(StoreBase):
         worker: str | None = None,
         durable: bool = True,
         conn: Connection | None = None,
-    ) -> StepRecord:
+        hold: bool | StepHold = True,
+    ) -> StepRecord | None:
         """Record the intent before any side effect; an existing unfinished intent counts an attempt.
 
         In ``conn``'s transaction, or in one of its own, which with ``durable=False`` does not wait for the disk:
         for an intent whose loss in a database crash only means the step runs again as a first attempt (a model
-        turn, an idempotent tool; ``StoreBase.relax``).
+        turn, an idempotent tool; ``StoreBase.relax``). ``hold``: the step's lock (``step_lock``); one not asked
+        for yet is asked in the intent's own statement, which writes nothing unless it was taken (one round trip
+        instead of two). None, with nothing written, when the step is held elsewhere.
         """
+        if isinstance(hold, StepHold) and hold.pending and conn is None:
+            with self.tx(durable=durable) as own:
+                later = hold.ask_with(own, HELD_BEGIN_STEP, dict(
+                    k=lock_id(key), key=key, run_id=run_id, iteration=iteration, kind=kind, call_id=call_id,
+                    name=name, input=input, worker=worker, at=now()))
+            if later is not None:
+                if not hold:
+                    return None
+                row = later.rows().first()
+                return self._step_record(key, row[1:] if row is not None and row[1] is not None else None, None)
+        if not hold:
+            return None
         if conn is not None:
             return self.intend_step(conn, key=key, run_id=run_id, iteration=iteration, kind=kind, call_id=call_id,
                                     name=name, input=input, worker=worker)()
@@ -66,20 +101,20 @@ class Steps(StoreBase):
         values = dict(key=key, run_id=run_id, iteration=iteration, kind=kind, call_id=call_id, name=name,
                       input=input, worker=worker, at=now())
         later = defer(conn, BEGIN_STEP, values, keep=True)
+        return lambda: self._step_record(key, later.rows().first(), conn)
 
-        def record() -> StepRecord:
-            row = later.rows().first()
-            if row is None and self.in_tx(conn):
-                row = execute(conn, STEP, {"key": key}).first()
-            elif row is None:
-                with self.reading() as read:
-                    row = execute(read, STEP, {"key": key}).first()
-            assert row is not None, "an intent just written or found"
-            status, attempts, output, recorded = row
-            return StepRecord(key, status, attempts, output, fresh=status == "started" and attempts == 1,
-                              input=recorded)
-
-        return record
+    def _step_record(self, key: str, row: Sequence[Any] | None, conn: Connection | None) -> StepRecord:
+        """The step as its intent left it: ``row`` as the intent returned it, or (none: a finished step) read, in
+        ``conn``'s transaction while it is open."""
+        if row is None and conn is not None and self.in_tx(conn):
+            row = execute(conn, STEP, {"key": key}).first()
+        elif row is None:
+            with self.reading() as read:
+                row = execute(read, STEP, {"key": key}).first()
+        assert row is not None, "an intent just written or found"
+        status, attempts, output, recorded = row
+        return StepRecord(key, status, attempts, output, fresh=status == "started" and attempts == 1,
+                          input=recorded)
 
     def record_step(self, conn: Connection, *, key: str, run_id: str, iteration: int, call_id: str, name: str,
                     input: Any, worker: str | None, status: str, output: Any) -> None:

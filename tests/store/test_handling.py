@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 
 import pytest
@@ -471,3 +472,39 @@ def test_a_database_gone_with_a_step_lock_in_flight_fails_the_step_retryably_and
     with store.handling(), store.step_lock("k-gone") as held, store.tx() as conn:
         assert store.get_run(run_id, conn, lock=True) is not None
         assert held
+
+
+def test_a_tool_steps_lock_goes_in_its_intents_statement_and_one_held_elsewhere_counts_no_attempt(
+        pg_store: Store, round_trips: list[str]) -> None:
+    """The executor's handling: the step lock, not asked before, is asked with the intent in one statement (one
+    round trip: the lock, BEGIN, the intent and the COMMIT); held elsewhere, nothing is written and no attempt
+    counted; the lock goes with the step's last commit."""
+    store, key = pg_store, f"k-tool-{uuid.uuid4().hex}"
+    intent = dict(key=key, run_id="r-tool", iteration=0, kind="tool", call_id="c", name="t", input={"a": 1},
+                  durable=False)
+    with store.handling(), store.step_lock(key) as held:
+        record = store.begin_step(**intent, hold=held)
+        assert len(round_trips) == 1, round_trips
+        assert record is not None and (record.status, record.attempts, record.fresh) == ("started", 1, True)
+        assert held and len(round_trips) == 1
+        with store.step_lock(key, own_connection=True) as elsewhere:
+            assert not elsewhere
+        round_trips.clear()
+
+        def second_delivery() -> tuple[object, bool]:  # another handling, in another session
+            with store.handling(), store.step_lock(key) as other:
+                return store.begin_step(**intent, hold=other), bool(other)
+
+        with ThreadPoolExecutor(1) as pool:
+            assert pool.submit(second_delivery).result() == (None, False)
+        assert len(round_trips) == 1, round_trips
+        with store.tx() as conn:
+            store.finish_step(conn, key, status="succeeded", output={"ok": True}, duration_ms=1.0)
+            store.release_held(conn)
+    assert [(s["status"], s["attempts"]) for s in store.steps("r-tool") if s["idempotency_key"] == key] == [
+        ("succeeded", 1)], "the delivery that found the step held counted no attempt"
+    with store.handling(), store.step_lock(key) as again:
+        done = store.begin_step(**intent, hold=again)
+        assert done is not None and (done.status, done.attempts, done.output) == ("succeeded", 1, {"ok": True})
+    with store.step_lock(key, own_connection=True) as free:
+        assert free, "let go at the end"
