@@ -12,7 +12,8 @@ reported by ``agentfleet health``):
   ``pids`` and ``memory`` hierarchies, or a cgroup v2 tree with those controllers):
   ``pids.max`` bounds its processes and ``memory.max`` (v1: ``memory.limit_in_bytes``)
   the memory of all its processes together, its tmpfs pages included; when the call
-  ends, whatever is left in it is killed and the cgroup removed;
+  ends, whatever is left in it is killed and the cgroup removed (one a killed worker
+  left behind, by the next worker to start on the host: ``Cgroups.sweep``);
 * size-limited tmpfs for its work directory, ``/tmp`` and ``/dev/shm`` (in the sandbox's
   own mount namespace: no privilege needed, nothing written to the host's disk).
 
@@ -52,6 +53,8 @@ CGROUP_ROOT = Path("/sys/fs/cgroup")
 CALLS_GROUP = "agentfleet-calls"  # beneath this process's own cgroup: one child per running call
 WORKER_LEAF = "agentfleet-worker"  # cgroup v2: where this process moves so its cgroup may delegate controllers
 KILL_WAIT_S = 2.0
+UNOWNED_GROUP_S = 60.0  # a call group named without its worker's pid, empty this long, is a dead worker's
+_PID_NS = os.stat("/proc/self/ns/pid").st_ino if os.path.exists("/proc/self/ns/pid") else 0  # whose pids names hold
 Limits = tuple[int, int]  # (processes, memory bytes)
 
 
@@ -177,9 +180,11 @@ class Cgroups:
     def how(self) -> str:
         return f"cgroup v{self.version}"
 
-    def make(self, label: str, limits: Limits) -> CallGroup:
+    def make(self, label: str, limits: Limits, *, owner: int | None = None) -> CallGroup:
+        """The call's group, named for the worker process that makes it (``owner``: this one), so that the next
+        worker on the host knows a group whose worker is gone (``sweep``)."""
         processes, memory = limits
-        name = f"{label[:40]}-{uuid.uuid4().hex[:12]}"
+        name = f"{label[:40]}-{_PID_NS}.{owner or os.getpid()}-{uuid.uuid4().hex[:12]}"
         made: list[Path] = []
         try:
             for parent in self.parents:
@@ -202,6 +207,43 @@ class Cgroups:
                     os.rmdir(d)
             raise
         return CallGroup(tuple(made), self.version)
+
+    def sweep(self) -> int:
+        """Empty and remove the groups of calls whose worker is gone (killed mid-call: nothing ran its ``close``),
+        their processes killed first; a group of a live worker is left alone. How many were removed."""
+        stale: dict[str, list[Path]] = {}
+        for parent in self.parents:
+            try:
+                children = [d for d in parent.iterdir() if d.is_dir()]
+            except OSError:
+                continue
+            for d in children:
+                if _left_behind(d):
+                    stale.setdefault(d.name, []).append(d)
+        for dirs in stale.values():
+            CallGroup(tuple(dirs), self.version).close()
+        return sum(1 for dirs in stale.values() if not any(d.exists() for d in dirs))
+
+
+def _left_behind(group: Path) -> bool:
+    """Whether a call's group outlived the worker that made it: its name's pid, of this PID namespace, is no live
+    process (a group named before names held the pid: when it is empty and older than ``UNOWNED_GROUP_S``)."""
+    parts = group.name.rsplit("-", 2)
+    namespace, dot, pid = parts[1].partition(".") if len(parts) == 3 else ("", "", "")
+    if dot and namespace.isdigit() and pid.isdigit():
+        if int(namespace) != _PID_NS:
+            return False  # a worker in another PID namespace (a container) sharing this cgroup: its pids not ours
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            return True
+        except OSError:
+            return False  # alive, another user's
+        return False
+    try:
+        return not _pids(group) and time.time() - group.stat().st_mtime > UNOWNED_GROUP_S
+    except OSError:
+        return False
 
 
 def detect_cgroups(root: Path = CGROUP_ROOT, proc_self: Path = Path("/proc/self/cgroup")) -> Cgroups | str:
@@ -354,6 +396,9 @@ def _detect() -> HostBounds:
     found = detect_cgroups()
     if isinstance(found, str):
         return HostBounds(uids, None, uids_why_not, found)
+    swept = found.sweep()
+    if swept:
+        log.info("removed %d call cgroups left by workers that are gone", swept)
     return HostBounds(uids, found, uids_why_not)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import sys
 import textwrap
 import threading
@@ -213,3 +214,34 @@ def test_health_says_how_each_bound_is_enforced_here() -> None:
     assert set(said) >= {"processes", "memory", "work directory", "/tmp", "/dev/shm"}
     if os.geteuid() == 0:
         assert "a uid of its own per call" in said["processes"]
+
+
+def test_call_groups_a_killed_worker_left_are_emptied_and_removed_by_the_next_and_no_live_ones(tmp_path: Path) -> None:
+    """Was: a worker killed mid-call (a kill, an OOM, a deploy) left its call's cgroup behind, one in every hierarchy:
+    97 on this machine after one day of tests. The next worker on the host sweeps those whose worker is gone (their
+    processes killed first); a running worker's groups are never touched."""
+    import subprocess
+
+    from agentfleet.sandbox.call_bounds import detect_cgroups
+
+    needs_cgroups()
+    cgroups = detect_cgroups()
+    assert not isinstance(cgroups, str), cgroups
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # a worker that is no more: its pid names the group it made
+    stale = cgroups.make("stale", (8, 64 << 20), owner=gone.pid)
+    straggler = subprocess.Popen(["sleep", "300"])
+    try:
+        for d in stale.dirs:  # a process of the dead worker's call, left in its group
+            (d / "cgroup.procs").write_text(str(straggler.pid))
+        live = cgroups.make("live", (8, 64 << 20))  # this process's own call, running
+        try:
+            assert cgroups.sweep() >= 1
+            assert straggler.wait(timeout=5) == -signal.SIGKILL
+            assert not any(d.exists() for d in stale.dirs)
+            assert all(d.exists() for d in live.dirs)
+        finally:
+            live.close()
+    finally:
+        straggler.kill()
+        stale.close()
