@@ -35,6 +35,7 @@ from agentfleet.loop.transcript import ToolResult
 from agentfleet.roles import approvals, delegation, threads
 from agentfleet.roles.step import Step, end_run, result_of
 from agentfleet.store.records import RunRecord
+from agentfleet.store.sql import Later
 
 log = logging.getLogger(__name__)
 
@@ -44,9 +45,21 @@ def on_tool_finished(step: Step) -> list[Envelope]:
     assert isinstance(done, ToolFinished)
     store = step.rt.store
 
+    ahead: list[Later | None] = []
+
+    def observe(conn: Connection) -> None:  # with the run's locked read: recorded only if the run fans in
+        ahead.append(store.observe_while(conn, run_id=step.env.run_id, iteration=done.iteration,
+                                         states=[str(s) for s in _FANNING_IN], call_id=done.call_id,
+                                         tool=done.tool, result=done.result.model_dump(mode="json")))
+
     def fan_in(conn: Connection, run: RunRecord) -> list[Envelope]:
-        first = store.record_observation(conn, run_id=run.run_id, iteration=done.iteration, call_id=done.call_id,
-                                         tool=done.tool, result=done.result.model_dump(mode="json"))
+        noted = ahead[0].rows().first() if ahead and ahead[0] is not None else None
+        if noted is not None and noted[0]:
+            first = bool(noted[1])
+        else:  # SQLite; or the run came to fan in between the two statements (no call's result can, yet: kept)
+            first = store.record_observation(conn, run_id=run.run_id, iteration=done.iteration,
+                                             call_id=done.call_id, tool=done.tool,
+                                             result=done.result.model_dump(mode="json"))
         if first and done.sibling_call_ids == [done.call_id]:  # the iteration's one call, first answered: no read
             observations = [Observation(call_id=done.call_id, tool=done.tool, result=done.result)]
         else:
@@ -70,7 +83,7 @@ def on_tool_finished(step: Step) -> list[Envelope]:
         return step.commit(conn, [event])
 
     return step.locked_run(
-        lambda run: run.state in _FANNING_IN and run.iteration == done.iteration, fan_in,
+        lambda run: run.state in _FANNING_IN and run.iteration == done.iteration, fan_in, first=observe,
         stale=lambda run: log.info("late tool result ignored", extra={"call_id": done.call_id,
                                                                       "state": run and run.state}))
 

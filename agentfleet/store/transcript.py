@@ -12,7 +12,7 @@ from sqlalchemy import Connection
 from agentfleet.loop.transcript import MESSAGES, History, Message
 from agentfleet.store.base import StoreBase
 from agentfleet.store.records import now
-from agentfleet.store.sql import Sql, defer, execute
+from agentfleet.store.sql import POSTGRES, Later, Sql, defer, execute
 
 # What a process keeps of runs' complete iterations, least recently planned dropped first: at most this many runs,
 # and this many messages in all (a few long runs of large turns must not grow a planner without bound).
@@ -31,6 +31,16 @@ RECORD_OBSERVATION = Sql(
     "VALUES (:run_id, :iteration, :call_id, :tool, :result, :at) "
     "ON CONFLICT (run_id, iteration, call_id) DO NOTHING RETURNING call_id",
     json=frozenset({"result"}), times=frozenset({"at"}))
+# The same, only while the run is at that iteration in one of the given states, its row locked by this statement:
+# whether it was, and whether this recorded the result (Postgres; sent with the run's locked read that follows).
+OBSERVE_WHILE = Sql(
+    "WITH run AS (SELECT run_id FROM runs WHERE run_id = :run_id AND iteration = :iteration "
+    "AND state = ANY(:states) FOR UPDATE), noted AS ("
+    "INSERT INTO observations (run_id, iteration, call_id, tool, result, received_at) "
+    "SELECT run_id, :iteration, :call_id, :tool, :result, :at FROM run "
+    "ON CONFLICT (run_id, iteration, call_id) DO NOTHING RETURNING call_id) "
+    "SELECT (SELECT count(*) FROM run), (SELECT count(*) FROM noted)",
+    json=frozenset({"result"}), times=frozenset({"at"}), rows=True)
 OBSERVATIONS = Sql("SELECT call_id, tool, result FROM observations WHERE run_id = :run_id AND iteration = :iteration",
                    result=(None, None, "json"))
 _inserts: dict[int, Sql] = {}
@@ -161,6 +171,17 @@ class Transcripts(StoreBase):
                            result: dict[str, Any]) -> bool:
         return execute(conn, RECORD_OBSERVATION, {"run_id": run_id, "iteration": iteration, "call_id": call_id,
                                                   "tool": tool, "result": result, "at": now()}).first() is not None
+
+    def observe_while(self, conn: Connection, *, run_id: str, iteration: int, states: Sequence[str], call_id: str,
+                      tool: str, result: dict[str, Any]) -> Later | None:
+        """``record_observation`` only while the run is at ``iteration`` in one of ``states``, in one statement that
+        locks the run's row: deferred, to go with the run's locked read (one round trip instead of two). Its row,
+        once back: (whether the run was so, whether this recorded the result). None but on Postgres."""
+        if self.dialect != POSTGRES:
+            return None
+        return defer(conn, OBSERVE_WHILE, {"run_id": run_id, "iteration": iteration, "states": list(states),
+                                           "call_id": call_id, "tool": tool, "result": result, "at": now()},
+                     keep=True)
 
     def observations(self, conn: Connection, run_id: str, iteration: int) -> list[dict[str, Any]]:
         """The results received for an iteration's calls: ``call_id``, ``tool``, ``result`` each."""

@@ -508,3 +508,34 @@ def test_a_tool_steps_lock_goes_in_its_intents_statement_and_one_held_elsewhere_
         assert done is not None and (done.status, done.attempts, done.output) == ("succeeded", 1, {"ok": True})
     with store.step_lock(key, own_connection=True) as free:
         assert free, "let go at the end"
+
+
+def test_a_result_is_recorded_with_the_runs_locked_read_and_only_while_the_run_fans_in(
+        pg_store: Store, round_trips: list[str]) -> None:
+    """The observer's handling: its result goes in the round trip of the run's locked read, locked by the same
+    statement, and is not recorded for a run that has moved on (a late result)."""
+    store, run_id = pg_store, f"r-obs-{uuid.uuid4().hex}"
+    with store.tx() as conn:
+        store.create_run(conn, run_id=run_id, agent="a", goal_id=run_id, trace_id="t", input={}, limits={})
+    with store.tx() as conn:
+        run = store.get_run(run_id, conn, lock=True)
+        assert run is not None
+        run = store.transition(conn, run, RunState.PLANNING, iteration=1)
+        assert run is not None and store.transition(conn, run, RunState.EXECUTING) is not None
+    fanning = [str(RunState.EXECUTING), str(RunState.WAITING_APPROVAL)]
+    round_trips.clear()
+    with store.handling(), store.tx() as conn:
+        noted = store.observe_while(conn, run_id=run_id, iteration=1, states=fanning, call_id="c1", tool="t",
+                                    result={"ok": True})
+        assert noted is not None and store.get_run(run_id, conn, lock=True) is not None
+        assert len(round_trips) == 1 and noted.rows().first() == (1, 1)
+        late = store.observe_while(conn, run_id=run_id, iteration=0, states=fanning, call_id="c0", tool="t",
+                                   result={"ok": True})
+        again = store.observe_while(conn, run_id=run_id, iteration=1, states=fanning, call_id="c1", tool="t",
+                                    result={"ok": False})
+        assert late is not None and again is not None and store.get_run(run_id, conn, lock=True) is not None
+        assert late.rows().first() == (0, 0), "a result of an iteration the run has left is not recorded"
+        assert again.rows().first() == (1, 0), "a result recorded once"
+    with store.reading() as conn:
+        assert [o["call_id"] for o in store.observations(conn, run_id, 1)] == ["c1"]
+        assert store.observations(conn, run_id, 0) == []
