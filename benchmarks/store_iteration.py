@@ -3,8 +3,8 @@
 
 The same store calls, in the same transactions and order, as the planner (step lock, the run held, the move to the
 next iteration, the intent, the transcript read, then the turn, the plan step's outcome, the move to EXECUTING and
-the dedupe mark), the executor (step lock with the intent, outcome, mark) and the observer (the run held, the
-result, the move to OBSERVING, the mark), on a scratch Postgres database. Prints the median wall and CPU time of an
+the dedupe mark), the executor (step lock with the intent, outcome, mark) and the observer (the result with the run
+held, the move to OBSERVING, the mark), on a scratch Postgres database. Prints the median wall and CPU time of an
 iteration after the first fifth. The fleet's own figures move ±15% from one minute to the next on this machine; this
 one moves less, so an A/B of a store change is run by alternating two trees (``PYTHONPATH=<tree>``) many times,
 short runs.
@@ -62,9 +62,10 @@ def iterations(store: Store, n: int) -> tuple[float, float]:
                 store.mark_processed(conn, uuid.uuid4().hex, "executor", [{"x": 1}], run_id=run_id, deferred=True)
                 store.release_held(conn)
         with store.handling(), store.tx() as conn:
+            noted = store.observe_while(conn, run_id=run_id, iteration=it, states=[str(RunState.EXECUTING)],
+                                        call_id="c", tool="t", result={"ok": True})
             current = store.get_run(run_id, conn, lock=True)
-            assert current is not None
-            store.record_observation(conn, run_id=run_id, iteration=it, call_id="c", tool="t", result={"ok": True})
+            assert current is not None and noted is not None and noted.rows().first() == (1, 1)
             store.transition(conn, current, RunState.OBSERVING)
             store.mark_processed(conn, uuid.uuid4().hex, "observer", [{"x": 1}], run_id=run_id, deferred=True)
         walls.append((time.perf_counter() - wall) * 1000)
