@@ -83,8 +83,9 @@ class SubprocessRunner:
             try:
                 lifeline = stack.enter_context(Lifeline())
                 bounds = stack.enter_context(bounds_for(tool.name, limits))
-                for fd in (*(channel.write_fd for channel in side), lifeline.read_fd):
-                    bounds.own(fd)  # opened again by path in the sandbox (/proc/self/fd/N): the call's uid
+                for channel in side:  # opened again by path in the sandbox (/proc/self/fd/N): the call's uid
+                    bounds.own(channel.write_fd)
+                bounds.own(lifeline.read_fd, read_only=True)  # the guard's: no write end may be made of it inside
                 args = stack.enter_context(bwrap_args(self.sandbox, self.directory, env))
                 exited = run_child(["bwrap", *args.argv, "--", *guarded(command, lifeline.read_fd)],
                                    json.dumps(kwargs).encode(), timeout_s=timeout_s,

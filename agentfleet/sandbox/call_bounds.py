@@ -431,10 +431,12 @@ class CallBounds:
     def exceeded(self) -> list[str]:
         return self.group.exceeded() if self.group is not None else []
 
-    def own(self, fd: int) -> None:
-        """Give a descriptor's file (a pipe) to the call's uid, so the call may open it by path."""
+    def own(self, fd: int, *, read_only: bool = False) -> None:
+        """Give a descriptor's file (a pipe) to the call's uid, so the call may open it by path; ``read_only``: for
+        reading only (a pipe the call must not be able to hold open for writing, as it may any it was given)."""
         if os.geteuid() == 0:
             os.fchown(fd, self.uid, self.gid)
+        os.fchmod(fd, 0o400 if read_only else 0o600)
 
     def close(self) -> None:
         if self._closed:

@@ -158,3 +158,25 @@ def test_a_call_cancelled_while_its_sandbox_is_being_built_leaves_no_process_of_
                     os.kill(held, signal.SIGCONT)
             for pid in processes_with(MARKER):
                 os.kill(pid, signal.SIGKILL)
+
+
+def test_a_tool_cannot_hold_its_lifeline_open_for_writing(tmp_path: Path) -> None:
+    """The guard's EOF is the worker's word that the call is over: a tool that opened a write end of its lifeline
+    (by its path, /proc/self/fd/N, as the events pipe is opened) would keep it from ever coming. Every pipe the
+    tool was given to read, it may only read."""
+    from agentfleet.harness import run_tool
+    from agentfleet.tools.manifest import subprocess_tool
+    from tests.helpers import call_ctx
+
+    grab = ("import json, os\nopened = []\nfor fd in os.listdir('/proc/self/fd'):\n"
+            " try:\n  target = os.readlink(f'/proc/self/fd/{fd}')\n"
+            "  flags = int(open(f'/proc/self/fdinfo/{fd}').read().split('flags:')[1].split()[0], 8)\n"
+            " except OSError:\n  continue\n"
+            " if target.startswith('pipe:') and flags & 3 == 0:\n"
+            "  try:\n   os.open(f'/proc/self/fd/{fd}', os.O_WRONLY | os.O_NONBLOCK)\n   opened.append(fd)\n"
+            "  except OSError:\n   pass\n"
+            "print(json.dumps(opened))")
+    grabber = subprocess_tool("grabber", ["python3", "-c", grab], description="opens what it reads for writing",
+                              schema={"type": "object"}, timeout_s=20)
+    result = run_tool(grabber, {}, call_ctx(tmp_path), 20)
+    assert result.ok and result.output == [], result
