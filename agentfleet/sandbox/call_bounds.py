@@ -180,11 +180,11 @@ class Cgroups:
     def how(self) -> str:
         return f"cgroup v{self.version}"
 
-    def make(self, label: str, limits: Limits, *, owner: int | None = None) -> CallGroup:
-        """The call's group, named for the worker process that makes it (``owner``: this one), so that the next
-        worker on the host knows a group whose worker is gone (``sweep``)."""
+    def make(self, label: str, limits: Limits) -> CallGroup:
+        """The call's group, named for the worker process that makes it (its PID namespace and pid), so that the
+        next worker on the host knows a group whose worker is gone (``sweep``)."""
         processes, memory = limits
-        name = f"{label[:40]}-{_PID_NS}.{owner or os.getpid()}-{uuid.uuid4().hex[:12]}"
+        name = f"{label[:40]}-{_PID_NS}.{os.getpid()}-{uuid.uuid4().hex[:12]}"
         made: list[Path] = []
         try:
             for parent in self.parents:

@@ -222,26 +222,39 @@ def test_call_groups_a_killed_worker_left_are_emptied_and_removed_by_the_next_an
     processes killed first); a running worker's groups are never touched."""
     import subprocess
 
-    from agentfleet.sandbox.call_bounds import detect_cgroups
+    from agentfleet.sandbox.call_bounds import CallGroup, detect_cgroups
+    from tests.helpers import eventually
 
     needs_cgroups()
     cgroups = detect_cgroups()
     assert not isinstance(cgroups, str), cgroups
-    gone = subprocess.Popen([sys.executable, "-c", "pass"])
-    gone.wait()  # a worker that is no more: its pid names the group it made
-    stale = cgroups.make("stale", (8, 64 << 20), owner=gone.pid)
-    straggler = subprocess.Popen(["sleep", "300"])
+    # A worker that makes its call's group, puts a process of the call in it and is SIGKILLed: nothing closes it.
+    worker = subprocess.Popen([sys.executable, "-c", textwrap.dedent("""
+        import os, signal, subprocess
+        from agentfleet.sandbox.call_bounds import detect_cgroups
+        group = detect_cgroups().make("stale", (8, 64 << 20))
+        straggler = subprocess.Popen(["sleep", "300"], preexec_fn=group.join, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL)
+        print(straggler.pid, *group.dirs, flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+        """)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out, err = worker.communicate(timeout=30)
+    assert out, err
+    pid, *dirs = out.split()
+    stale = CallGroup(tuple(Path(d) for d in dirs), cgroups.version)
+    straggler_pid = int(pid)
     try:
-        for d in stale.dirs:  # a process of the dead worker's call, left in its group
-            (d / "cgroup.procs").write_text(str(straggler.pid))
+        assert worker.returncode == -signal.SIGKILL and all(d.exists() for d in stale.dirs)
+        assert all(straggler_pid in [int(p) for p in (d / "cgroup.procs").read_text().split()] for d in stale.dirs)
         live = cgroups.make("live", (8, 64 << 20))  # this process's own call, running
         try:
             assert cgroups.sweep() >= 1
-            assert straggler.wait(timeout=5) == -signal.SIGKILL
+            eventually(lambda: not Path(f"/proc/{straggler_pid}").exists()
+                       or Path(f"/proc/{straggler_pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z",
+                       timeout=5, message="the dead worker's straggler lives on")
             assert not any(d.exists() for d in stale.dirs)
             assert all(d.exists() for d in live.dirs)
         finally:
             live.close()
     finally:
-        straggler.kill()
         stale.close()
