@@ -82,8 +82,8 @@ class Steps(StoreBase):
             if later is not None:
                 if not hold:
                     return None
-                row = later.rows().first()
-                return self._step_record(key, row[1:] if row is not None and row[1] is not None else None, None)
+                _, *intent = later.rows().first()  # one row, always: the lock's answer, then the intent's
+                return self._step_record(key, intent if intent[0] is not None else None, None)
         if not hold:
             return None
         if conn is not None:
