@@ -2,12 +2,12 @@
 (``python -m benchmarks.store_iteration [ITERATIONS]``; figures in benchmarks/README.md, issue 23).
 
 The same store calls, in the same transactions and order, as the planner (step lock, the run held, the move to the
-next iteration, the intent, the transcript read, then the turn, the plan step's outcome, the move to EXECUTING and
-the dedupe mark), the executor (step lock with the intent, outcome, mark) and the observer (the result with the run
-held, the move to OBSERVING, the mark), on a scratch Postgres database. Prints the median wall and CPU time of an
-iteration after the first fifth. The fleet's own figures move ±15% from one minute to the next on this machine; this
-one moves less, so an A/B of a store change is run by alternating two trees (``PYTHONPATH=<tree>``) many times,
-short runs.
+next iteration, the intent, the transcript read, then the run held as read, the turn, the plan step's outcome, the
+move to EXECUTING and the dedupe mark), the executor (step lock with the intent, outcome, mark) and the observer (the
+result with the run held, the move to OBSERVING, the mark), on a scratch Postgres database. Prints the median wall
+and CPU time of an iteration after the first fifth. The fleet's own figures move ±15% from one minute to the next on
+this machine; this one moves less, so an A/B of a store change is run by alternating two trees
+(``PYTHONPATH=<tree>``) many times, short runs.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def iterations(store: Store, n: int) -> tuple[float, float]:
                 intent()
                 store.relax(conn)
             with store.tx() as conn:
-                current = store.get_run(run_id, conn, lock=True)
+                current = store.hold_run(conn, run)  # as the first transaction left it: checked with the COMMIT
                 assert current is not None
                 store.write_messages(conn, run_id, [(it, 0, Message(role="assistant", content="ok " * 20))])
                 store.finish_step(conn, key, status="succeeded", output={"calls": ["t"]}, duration_ms=0.1)

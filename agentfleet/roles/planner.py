@@ -468,7 +468,7 @@ def _dispatch(step: Step, run: RunRecord, new_messages: list[Message], iteration
             step_notices.waiting(step, conn, moved, "children", waits)
         return step.commit(conn, out)
 
-    return step.locked_run(_planning(iteration), execute)
+    return step.locked_run(_planning(iteration), execute, known=run)
 
 
 def _repair(step: Step, run: RunRecord, new_messages: list[Message], iteration: int, planned: Planned,
@@ -490,7 +490,7 @@ def _repair(step: Step, run: RunRecord, new_messages: list[Message], iteration: 
             return step.commit(conn, [])
         return step.commit(conn, [event])
 
-    return step.locked_run(_planning(iteration), answer)
+    return step.locked_run(_planning(iteration), answer, known=run)
 
 
 def _end(step: Step, run: RunRecord, new_messages: list[Message], iteration: int, planned: Planned | None,
@@ -499,7 +499,8 @@ def _end(step: Step, run: RunRecord, new_messages: list[Message], iteration: int
     def end(conn: Connection, current: RunRecord) -> list[Envelope]:
         return _end_in(step, conn, current, run, new_messages, iteration, planned, status, code, message, output)
 
-    return step.locked_run(lambda current: not is_terminal(current.state) and current.iteration == iteration, end)
+    return step.locked_run(lambda current: not is_terminal(current.state) and current.iteration == iteration, end,
+                           known=run)
 
 
 def _end_in(step: Step, conn: Connection, current: RunRecord, run: RunRecord, new_messages: list[Message],

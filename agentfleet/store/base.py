@@ -17,7 +17,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from agentfleet.hooks.base import Hooks
 from agentfleet.store.sql import (
@@ -47,6 +47,14 @@ MARK_CONSTRAINT = "pk_processed_events"
 class AlreadyHandled(Exception):
     """The event this transaction marks handled was handled (committed) before: the transaction is rolled back, and
     what that earlier handling stored (``processed_outbox``) is what to publish."""
+
+
+class RunMovedOn(Exception):
+    """A run this transaction held as an earlier transaction read it (``Runs.hold_run``) had changed since: the
+    transaction is rolled back, nothing it wrote stays, and the caller reads the run again."""
+
+
+RUN_MOVED_ON = "AF001"  # the SQLSTATE the check of a run held as read raises (migration 0020)
 
 
 def mark_conflict(exc: IntegrityError) -> bool:
@@ -252,6 +260,10 @@ class StoreBase:
         except IntegrityError as exc:
             if mark_conflict(exc):
                 raise AlreadyHandled() from exc
+            raise
+        except DBAPIError as exc:
+            if getattr(exc.orig, "sqlstate", None) == RUN_MOVED_ON:
+                raise RunMovedOn(str(exc.orig)) from exc
             raise
         for fn in opened.after_commit:
             fn()

@@ -33,6 +33,16 @@ AUDIT_COLUMNS = ("at", "run_id", "agent", "from_state", "to_state", "iteration",
                  "step_duration_ms", "input_tokens", "output_tokens", "cost_usd", "worker")
 AUDIT = Sql(f"INSERT INTO audit ({', '.join(AUDIT_COLUMNS)}) VALUES ({', '.join(':' + c for c in AUDIT_COLUMNS)})",
             times=frozenset({"at"}))
+# What is written to a run's row without a version bump: a tree's spend and reservations (spend.py), a thread's place
+# (threads.py), the sweeper's re-drives (sweeping.py). Every other change is a move, which bumps it.
+UNVERSIONED = ("steps_used", "input_tokens", "output_tokens", "cost_usd", "cached_input_tokens", "unpriced",
+               "reserved_tokens", "reserved_cost_usd", "reserved_steps", "thread_seq", "redrives", "redriven_at")
+# The run's row locked if it is as read (its version and the rest), else the transaction fails (migration 0020).
+HOLD_AS_READ = Sql(
+    "WITH held AS (SELECT 1 FROM runs WHERE run_id = :run_id AND version = :version AND "
+    + " AND ".join(f"{c} IS NOT DISTINCT FROM :{c}" for c in UNVERSIONED)
+    + " FOR UPDATE) SELECT agentfleet_moved_on(:run_id) WHERE NOT EXISTS (SELECT 1 FROM held)",
+    times=frozenset({"redriven_at"}), rows=False)
 # A new run's row: the table's own column defaults (tables.py), the rest given by create_run.
 _NEW_RUN = {c.name: c.default.arg if c.default is not None and not callable(c.default.arg) else None
             for c in T.runs.columns}
@@ -131,6 +141,21 @@ class Runs(StoreBase):
         run = run_from(row) if row else None
         if run is not None and lock and conn is not None:
             self._hold(conn, run.run_id, run.version)
+        return run
+
+    def hold_run(self, conn: Connection, run: RunRecord) -> RunRecord | None:
+        """The run as this handling read it in an earlier transaction (``run``), held in ``conn``'s: on Postgres
+        without reading it again. The check goes with the transaction's next round trip (its COMMIT, as a rule): it
+        locks the row if the row is as read, and else fails the transaction, with ``RunMovedOn`` from ``tx``, so that
+        none of its writes stays; the caller then reads the run again. As read means at the same version (a move
+        bumps it) and with the same values of what is written without one (``UNVERSIONED``). A move of it is sent
+        with the check (the row is held at ``run``'s version). Elsewhere (SQLite: a read costs no round trip) the
+        run read again, held; None if it is gone."""
+        if self.dialect != POSTGRES:
+            return self.get_run(run.run_id, conn, lock=True)
+        defer(conn, HOLD_AS_READ, {"run_id": run.run_id, "version": run.version,
+                                   **{c: getattr(run, c) for c in UNVERSIONED}})
+        self._hold(conn, run.run_id, run.version)
         return run
 
     def get_runs(self, run_ids: list[str], conn: Connection | None = None, *, lock: bool = False

@@ -49,3 +49,32 @@ def test_a_slow_gate_read_does_not_hold_the_runs_row(fleet: InProcessFleet, monk
         release.set()
     run = wait_for_run(fleet.store, run_id)
     assert run.result and run.result["status"] == "succeeded", run.result
+
+
+def test_a_run_whose_spend_changes_during_its_model_call_commits_its_turns_on_the_figures_then(
+        fleet: InProcessFleet, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The planner commits a turn holding the run as it read it before the model call, unless the run changed in
+    between: here a child's turn is counted in it (a spend, no move) during every call. Each turn is then committed on
+    the figures as they are, not as they were read: nothing counted is lost, and none counted twice."""
+    from agentfleet.loop.transcript import Usage
+    from agentfleet.roles import planner
+
+    original, calls = planner._complete, []
+    child = Usage(input_tokens=1000, output_tokens=10, cost_usd=0.25)
+
+    def spent_meanwhile(hooks: Any, agent: Any, request: Any, policy: Any) -> Any:
+        turn = original(hooks, agent, request, policy)
+        with fleet.store.tx() as conn:
+            fleet.store.add_spend(conn, [request.run_id], child)
+        calls.append(turn)
+        return turn
+
+    monkeypatch.setattr(planner, "_complete", spent_meanwhile)
+    run_id = fleet.submit({"agent": "single", "input": {}})
+    run = wait_for_run(fleet.store, run_id)
+    assert run.result and run.result["status"] == "succeeded", run.result
+    assert len(calls) >= 2, "a tool call, then the answer"
+    assert run.steps_used == 2 * len(calls)
+    assert run.input_tokens == sum(t.usage.input_tokens for t in calls) + len(calls) * child.input_tokens
+    assert run.output_tokens == sum(t.usage.output_tokens for t in calls) + len(calls) * child.output_tokens
+    assert run.result["usage"]["input_tokens"] == run.input_tokens

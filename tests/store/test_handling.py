@@ -539,3 +539,54 @@ def test_a_result_is_recorded_with_the_runs_locked_read_and_only_while_the_run_f
     with store.reading() as conn:
         assert [o["call_id"] for o in store.observations(conn, run_id, 1)] == ["c1"]
         assert store.observations(conn, run_id, 0) == []
+
+
+def test_a_run_read_in_an_earlier_transaction_is_held_as_read_in_the_commits_round_trip_or_not_at_all(
+        pg_store: Store, round_trips: list[str]) -> None:
+    """The planner's second transaction: the run it read before the model call is held as it read it, checked with the
+    COMMIT instead of read again (one round trip). Changed since, by a move (its version) or by what is written without
+    one (a child's spend, a reservation, a redrive), the transaction fails whole with ``RunMovedOn``: none of its
+    writes stays, and the caller reads the run again."""
+    from agentfleet.loop.budgets import Reservation
+    from agentfleet.loop.transcript import Usage
+    from agentfleet.store.base import RunMovedOn
+
+    store, run_id = Store(pg_store.engine, audit=True), f"r-as-read-{uuid.uuid4().hex}"
+    with store.tx() as conn:
+        created = store.start_run(conn, run_id=run_id, agent="a", goal_id=run_id, trace_id="t", input={}, limits={})
+        read = store.transition(conn, created, RunState.PLANNING)
+    assert read is not None
+    round_trips.clear()
+    with store.handling(), store.tx() as conn:
+        held = store.hold_run(conn, read)
+        assert held is read
+        moved = store.transition(conn, read, RunState.EXECUTING, steps_used=read.steps_used + 1)
+        assert moved is not None
+        _note(conn, f"n-as-read-{run_id}")
+    assert round_trips == ["COMMIT"], "the hold, the move, the write and the COMMIT: one round trip"
+    now_run = store.get_run(run_id)
+    assert now_run is not None and (now_run.state, now_run.version, now_run.steps_used) == (RunState.EXECUTING, 2, 1)
+
+    changes = {
+        "a child's spend": lambda conn: store.add_spend(conn, [run_id], Usage(input_tokens=7)),
+        "a reservation": lambda conn: store.reserve(conn, [run_id], Reservation(10, 0.5, 1)),
+        "a redrive": lambda conn: store.note_redrive(conn, run_id),
+        "a move": lambda conn: store.transition(conn, store.get_run(run_id, conn, lock=True), RunState.OBSERVING),
+    }
+    for n, (what, change) in enumerate(changes.items()):
+        read = store.get_run(run_id)
+        assert read is not None
+        with store.tx() as conn:
+            change(conn)
+        with pytest.raises(RunMovedOn), store.handling(), store.tx() as conn:
+            store.hold_run(conn, read)
+            store.transition(conn, read, RunState.CANCELLED if read.state != RunState.CANCELLED else RunState.FAILED)
+            _note(conn, f"n-moved-{run_id}-{n}")
+        after = store.get_run(run_id)
+        assert after is not None and after.state != RunState.CANCELLED, f"after {what}: the move did not stay"
+        with store.reading() as conn:
+            assert execute(conn, NOTED, {"name": f"n-moved-{run_id}-{n}"}).scalar() is None, what
+    with store.handling(), store.tx() as conn:  # read again, the same statements commit
+        current = store.get_run(run_id, conn, lock=True)
+        assert current is not None and store.transition(conn, current, RunState.CANCELLED) is not None
+    assert [a["to_state"] for a in store.audit_trail(run_id)] == ["PLANNING", "EXECUTING", "OBSERVING", "CANCELLED"]
