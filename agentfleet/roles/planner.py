@@ -159,8 +159,9 @@ def _plan(step: Step, agent: Agent, iteration: int, new_messages: list[Message],
 
     Two transactions around the model call. The first holds the run's row: ``arrive`` moves the run to this
     iteration (or finds it stale), the gates are checked, the plan step's intent is recorded and the transcript
-    read; its commit does not wait for the disk (a crash of the database before the second commits costs one
-    model call: the event is redelivered). The second records the turn and the decision (``_decide_and_commit``).
+    read, in the round trip of its COMMIT, which does not wait for the disk (a crash of the database before the
+    second commits costs one model call: the event is redelivered). The second records the turn and the decision
+    (``_decide_and_commit``), holding the run as the first left it (``Step.locked_run``'s ``known``).
     """
     store = step.rt.store
     run_id = step.env.run_id
@@ -183,21 +184,23 @@ def _plan(step: Step, agent: Agent, iteration: int, new_messages: list[Message],
                 return _end_in(step, conn, run, run, new_messages, iteration, None, status, gate.code, gate.message)
             intent = store.intend_step(conn, key=key, run_id=run_id, iteration=iteration, kind="plan",
                                        worker=step.worker, input={"tools": offer.tools, "notice": offer.notice})
-            history = store.history(run_id, conn)  # read in the intent's round trip
-            record = intent()
-            if record.status != "started":  # planned by an earlier handling that already committed its events
-                return step.commit(conn, [])
-            if step.carried is None and record.attempts > step.rt.settings.max_step_attempts:
-                msg = f"planning iteration {iteration} crashed its worker {record.attempts - 1} times"
-                return _end_in(step, conn, run, run, new_messages, iteration, None, ResultStatus.FAILED,
-                               ErrorCode.POISON_MESSAGE, msg)
-            if run.lineage:  # retried or forked: the source's transcript first, read from it
-                history = store.lineage_history(run.lineage).plus(history.messages)
-            summary = None  # the model-written summary the last turn recorded, to go on from
-            if agent.summary_model is not None and iteration > 0:
-                summary = recorded_summary(store.step_output(conn, idempotency_key(run_id, iteration - 1, "plan")))
+            read_history = store.history_later(run_id, conn)  # the intent, this read and the COMMIT: one round trip
             # Not durable: a model turn lost with the intent in a database crash is asked for again, as a first try.
             store.relax(conn)
+        record = intent()
+        if record.status != "started":  # planned by an earlier handling that already committed its events
+            with store.tx() as conn:
+                return step.commit(conn, [])
+        if step.carried is None and record.attempts > step.rt.settings.max_step_attempts:
+            msg = f"planning iteration {iteration} crashed its worker {record.attempts - 1} times"
+            return _end(step, run, new_messages, iteration, None, ResultStatus.FAILED, ErrorCode.POISON_MESSAGE, msg)
+        history = read_history()
+        if run.lineage:  # retried or forked: the source's transcript first, read from it
+            history = store.lineage_history(run.lineage).plus(history.messages)
+        summary = None  # the model-written summary the last turn recorded, to go on from
+        if agent.summary_model is not None and iteration > 0:
+            with store.reading() as conn:
+                summary = recorded_summary(store.step_output(conn, idempotency_key(run_id, iteration - 1, "plan")))
         seen = history.plus(new_messages)  # what the model is shown: all it has seen, and what came back
         if step.carried is not None:  # the model answered before a database outage: commit that answer
             context = step.carried.get("context")

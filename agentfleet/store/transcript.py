@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from sqlalchemy import Connection
@@ -142,14 +142,30 @@ class Transcripts(StoreBase):
         rewrites the same slots, ignored): those are kept, per run, and the next read asks only for
         ``iteration >= k``. The cost of planning no longer grows with the run (it read and validated the whole
         transcript every iteration). Rows are read as stored text and validated as one JSON array."""
-        with self._transcripts_guard:
-            cached = self._transcripts.get(run_id)
-        done_through, kept = cached if cached is not None else (-1, History())
+        done_through, kept = self._kept(run_id)
+        params = {"run_id": run_id, "after": done_through}
         if conn is not None:
-            rows = execute(conn, NEW_MESSAGES, {"run_id": run_id, "after": done_through}).rows
+            rows = execute(conn, NEW_MESSAGES, params).rows
         else:
             with self.reading() as own:
-                rows = execute(own, NEW_MESSAGES, {"run_id": run_id, "after": done_through}).rows
+                rows = execute(own, NEW_MESSAGES, params).rows
+        return self._grown(run_id, kept, rows)
+
+    def history_later(self, run_id: str, conn: Connection) -> Callable[[], History]:
+        """``history``, its read deferred to go with ``conn``'s next round trip (the planner's: with its intent and
+        its COMMIT); the history once that is back."""
+        done_through, kept = self._kept(run_id)
+        later = defer(conn, NEW_MESSAGES, {"run_id": run_id, "after": done_through}, keep=True)
+        return lambda: self._grown(run_id, kept, later.rows().rows)
+
+    def _kept(self, run_id: str) -> tuple[int, History]:
+        """The iteration through which this process keeps the run's messages, and those messages."""
+        with self._transcripts_guard:
+            cached = self._transcripts.get(run_id)
+        return cached if cached is not None else (-1, History())
+
+    def _grown(self, run_id: str, kept: History, rows: Sequence[tuple[Any, ...]]) -> History:
+        """``kept`` and the messages read after it (``rows``), the complete iterations among them kept."""
         if not rows:
             return kept
         fresh = MESSAGES.validate_json("[" + ",".join(body for _, body in rows) + "]")

@@ -590,3 +590,25 @@ def test_a_run_read_in_an_earlier_transaction_is_held_as_read_in_the_commits_rou
         current = store.get_run(run_id, conn, lock=True)
         assert current is not None and store.transition(conn, current, RunState.CANCELLED) is not None
     assert [a["to_state"] for a in store.audit_trail(run_id)] == ["PLANNING", "EXECUTING", "OBSERVING", "CANCELLED"]
+
+
+def test_the_planners_intent_and_transcript_read_go_with_its_commit(pg_store: Store, round_trips: list[str]) -> None:
+    """The planner's first transaction, after the run's locked read: the move, the intent, the transcript's read and
+    the COMMIT in one round trip; the intent's record and the transcript are there once it is back."""
+    store, run_id = pg_store, f"r-first-{uuid.uuid4().hex}"
+    with store.tx() as conn:
+        store.create_run(conn, run_id=run_id, agent="a", goal_id=run_id, trace_id="t", input={}, limits={})
+        store.write_messages(conn, run_id, [(0, 0, Message(role="assistant", content="turn 0")),
+                                            (0, 1, Message(role="tool", tool_call_id="c", name="t", content="r"))])
+    with store.handling(), store.tx() as conn:
+        run = store.get_run(run_id, conn, lock=True)
+        assert run is not None
+        round_trips.clear()
+        store.transition(conn, run, RunState.PLANNING, iteration=1)
+        intent = store.intend_step(conn, key=f"{run_id}:1:plan", run_id=run_id, iteration=1, kind="plan")
+        read = store.history_later(run_id, conn)
+        store.relax(conn)
+    assert round_trips == ["COMMIT"], round_trips
+    record = intent()
+    assert (record.status, record.attempts) == ("started", 1)
+    assert [m.content for m in read().messages] == ["turn 0", "r"] and round_trips == ["COMMIT"]
