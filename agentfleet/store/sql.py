@@ -211,7 +211,7 @@ def execute(conn: Connection, stmt: Sql, values: Mapping[str, Any] | None = None
     return Rows([stmt.load(r, dialect) for r in raw], rowcount)
 
 
-_cursors: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+_cursors: weakref.WeakKeyDictionary[Any, list[Any]] = weakref.WeakKeyDictionary()
 
 
 def _forget_connections() -> None:
@@ -220,13 +220,19 @@ def _forget_connections() -> None:
     _queued.clear()
 
 
+def _kept_cursors(dbapi: Any) -> list[Any]:
+    """The connection's cursors, made once and used again (a cursor made per statement cost its setup each time,
+    a fifth of the CPU of a transaction's round trip here): the first for a statement whose answer is not read, any
+    number of them one after another; the rest, one each, for those of a round trip whose answer is."""
+    kept = _cursors.get(dbapi)
+    if kept is None or kept[0].closed:
+        kept = _cursors[dbapi] = [dbapi.cursor()]
+    return kept
+
+
 def _cursor_of(dbapi: Any) -> Any:
-    """The connection's cursor for statements run one at a time (made once: a cursor per statement cost its
-    setup each time)."""
-    cursor = _cursors.get(dbapi)
-    if cursor is None or cursor.closed:
-        cursor = _cursors[dbapi] = dbapi.cursor()
-    return cursor
+    """The cursor for a statement in a round trip of its own."""
+    return _kept_cursors(dbapi)[0]
 
 
 def _alone(conn: Connection, dbapi: Any, text: str, params: dict[str, Any] | None, rows: bool
@@ -355,38 +361,46 @@ def _pipelined(conn: Connection, dbapi: Any, statements: list[_Queued], rows: bo
     """Every statement in one round trip (psycopg's pipeline mode); the last one's rows and row count, and the rows
     of those whose answer is wanted (``Later``). The first error is raised (and the rest were not run: the
     transaction they were in is aborted; a ``Later`` among them is dropped)."""
-    cursors: list[Any] = []
+    sent: list[Any] = []  # the cursor each statement went on
     error = conn.dialect.loaded_dbapi.Error
     try:
-        _send(dbapi, statements, cursors, error)
-        for (_, _, later), cursor in zip(statements, cursors, strict=True):
+        _send(dbapi, statements, sent, error)
+        for (_, _, later), cursor in zip(statements, sent, strict=True):
             if later is not None:
                 later._got(cursor.fetchall() if later._stmt.returns_rows else [], cursor.rowcount)
-        last = cursors[-1]
+        last = sent[-1]
         return (last.fetchall() if rows else []), last.rowcount
     except error as exc:
         _dropped(statements)
-        text = statements[max(len(cursors) - 1, 0)][0]  # the one being sent when the error came back
-        raise _wrapped(conn, exc, text, cursors[-1] if cursors else None) from exc
-    finally:
-        for cursor in cursors:
+        for cursor in _cursors.pop(dbapi, ()):  # made again for the next round trip, in a known state
             cursor.close()
+        text = statements[max(len(sent) - 1, 0)][0]  # the one being sent when the error came back
+        raise _wrapped(conn, exc, text, sent[-1] if sent else None) from exc
 
 
-def _send(dbapi: Any, statements: list[_Queued], cursors: list[Any], error: type[Exception]) -> None:
-    """Each statement on a cursor of its own (kept in ``cursors``), in one pipeline.
+def _send(dbapi: Any, statements: list[_Queued], sent: list[Any], error: type[Exception]) -> None:
+    """Each statement in one pipeline, on the connection's kept cursors (the cursor of each in ``sent``): those whose
+    answer is not read all on the first (a cursor's result is its last statement's), the others and the last on one
+    each.
 
     A statement without parameters (BEGIN, COMMIT, SET LOCAL) is never prepared: it has nothing to plan, and psycopg
     would prepare it on its fifth run, naming it prepared as it sends the Parse -- behind a statement that fails, the
     server skips that Parse and psycopg keeps the name. The first error is raised once the pipeline has ended, not
     through its end: psycopg then logs a WARNING of its own ("error ignored terminating …") for every failed batch,
     every duplicate delivery's among them."""
+    kept = _kept_cursors(dbapi)
+    last, own = len(statements) - 1, 1
     failed: Exception | None = None
     try:
         with dbapi.pipeline():
-            for text, params, _ in statements:
-                cursor = dbapi.cursor()
-                cursors.append(cursor)
+            for i, (text, params, later) in enumerate(statements):
+                if later is None and i != last:
+                    cursor = kept[0]
+                else:
+                    if own == len(kept):
+                        kept.append(dbapi.cursor())
+                    cursor, own = kept[own], own + 1
+                sent.append(cursor)
                 try:
                     cursor.execute(text, params, prepare=params is not None)
                 except error as exc:
