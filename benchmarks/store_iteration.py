@@ -42,9 +42,10 @@ def iterations(store: Store, n: int) -> tuple[float, float]:
                 assert run is not None
                 intent = store.intend_step(conn, key=key, run_id=run_id, iteration=it, kind="plan",
                                            input={"tools": ["t"]})
-                store.history(run_id, conn)
-                intent()
+                read = store.history_later(run_id, conn)  # with the intent and the COMMIT
                 store.relax(conn)
+            assert intent().status == "started"
+            read()
             with store.tx() as conn:
                 current = store.hold_run(conn, run)  # as the first transaction left it: checked with the COMMIT
                 assert current is not None
