@@ -363,19 +363,24 @@ def _pipelined(conn: Connection, dbapi: Any, statements: list[_Queued], rows: bo
     transaction they were in is aborted; a ``Later`` among them is dropped)."""
     sent: list[Any] = []  # the cursor each statement went on
     error = conn.dialect.loaded_dbapi.Error
+    done = False
     try:
         _send(dbapi, statements, sent, error)
         for (_, _, later), cursor in zip(statements, sent, strict=True):
             if later is not None:
                 later._got(cursor.fetchall() if later._stmt.returns_rows else [], cursor.rowcount)
         last = sent[-1]
-        return (last.fetchall() if rows else []), last.rowcount
+        answer = (last.fetchall() if rows else []), last.rowcount
+        done = True
+        return answer
     except error as exc:
         _dropped(statements)
-        for cursor in _cursors.pop(dbapi, ()):  # made again for the next round trip, in a known state
-            cursor.close()
         text = statements[max(len(sent) - 1, 0)][0]  # the one being sent when the error came back
         raise _wrapped(conn, exc, text, sent[-1] if sent else None) from exc
+    finally:
+        if not done:  # the next round trip makes its cursors again, in a known state
+            for cursor in _cursors.pop(dbapi, ()):
+                cursor.close()
 
 
 def _send(dbapi: Any, statements: list[_Queued], sent: list[Any], error: type[Exception]) -> None:
