@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 
 import pytest
-from sqlalchemy import insert, select, text
+from sqlalchemy import insert, select, text, update
 from sqlalchemy.exc import DBAPIError
 
 from agentfleet.events.envelope import Envelope, EventType, RunCancelRequested
@@ -570,6 +570,8 @@ def test_a_run_read_in_an_earlier_transaction_is_held_as_read_in_the_commits_rou
         "a child's spend": lambda conn: store.add_spend(conn, [run_id], Usage(input_tokens=7)),
         "a reservation": lambda conn: store.reserve(conn, [run_id], Reservation(10, 0.5, 1)),
         "a redrive": lambda conn: store.note_redrive(conn, run_id),
+        "a thread's place": lambda conn: conn.execute(update(T.runs).where(T.runs.c.run_id == run_id)
+                                                      .values(thread_seq=3)),
         "a move": lambda conn: store.transition(conn, store.get_run(run_id, conn, lock=True), RunState.OBSERVING),
     }
     for n, (what, change) in enumerate(changes.items()):
