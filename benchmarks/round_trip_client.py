@@ -6,19 +6,22 @@ trip, 1,000 times each way, alternated three times, on a temporary table:
 
 * ``cursors``: psycopg's pipeline mode through its cursors, as ``store/sql.py`` sends it (cursors kept, prepared).
 * ``libpq``: libpq's own pipeline through ``psycopg.pq``, the same statements prepared once, parameters dumped and
-  the row loaded by psycopg's ``Transformer``, no cursor. It blocks in ``PGconn.get_result`` holding the GIL, which
-  a worker with other threads could not afford: a real sender would wait through psycopg's own waiting functions.
-  This measures what psycopg's cursor machinery adds to a round trip, not a finished sender.
+  the row loaded by psycopg's ``Transformer``, no cursor; sent and read through psycopg's generators
+  (``pipeline_communicate``, then ``fetch`` up to the sync) and its ``Connection.wait``, which lets the GIL go while
+  it waits, as a worker with other threads needs. An error comes back as psycopg's exception
+  (``errors.error_from_result``). A sketch of a sender without cursors, to measure what they add.
 """
 
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import psycopg
-from psycopg import pq
+from psycopg import errors, generators, pq
 from psycopg.adapt import PyFormat, Transformer
 from sqlalchemy import make_url
 
@@ -50,27 +53,31 @@ def senders(conn: psycopg.Connection[Any]) -> dict[str, Callable[[int], object]]
         return reading.fetchall()
 
     def libpq(i: int) -> object:
-        pg.enter_pipeline_mode()
+        commands: deque[Callable[[], object]] = deque()
         for text, params in statements(i):
             if params is None:
-                pg.send_query_params(text.encode(), None)
+                commands.append(partial(pg.send_query_params, text.encode(), None))
                 continue
             name, _, order = PREPARED[text]
             values = [params[k] for k in order]
-            pg.send_query_prepared(name, tx.dump_sequence(values, [PyFormat.TEXT] * len(values)))
-        pg.pipeline_sync()
-        while pg.flush():
-            pass
+            commands.append(partial(pg.send_query_prepared, name,
+                                    tx.dump_sequence(values, [PyFormat.TEXT] * len(values))))
+        commands.append(pg.pipeline_sync)
+        pg.enter_pipeline_mode()
+        try:  # sent (and what came back meanwhile read), then read up to the sync: psycopg's waits, the GIL let go
+            results = [r for batch in conn.wait(generators.pipeline_communicate(pg, commands)) for r in batch]
+            while not results or results[-1].status != pq.ExecStatus.PIPELINE_SYNC:
+                if (result := conn.wait(generators.fetch(pg))) is not None:
+                    results.append(result)
+        finally:
+            pg.exit_pipeline_mode()
         got: object = None
-        while (result := pg.get_result()) is None or result.status != pq.ExecStatus.PIPELINE_SYNC:
-            if result is None:  # the end of one statement's results
-                continue
+        for result in results:
+            if result.status == pq.ExecStatus.FATAL_ERROR:
+                raise errors.error_from_result(result, encoding=conn.info.encoding)
             if result.status == pq.ExecStatus.TUPLES_OK:
                 tx.set_pgresult(result)
                 got = tx.load_rows(0, result.ntuples, tuple)
-            elif result.status != pq.ExecStatus.COMMAND_OK:
-                raise RuntimeError(result.get_error_field(pq.DiagnosticField.MESSAGE_PRIMARY))
-        pg.exit_pipeline_mode()
         return got
 
     return {"cursors": cursors, "libpq": libpq}
