@@ -235,6 +235,12 @@ def _cursor_of(dbapi: Any) -> Any:
     return _kept_cursors(dbapi)[0]
 
 
+def _forget_cursors(dbapi: Any) -> None:
+    """After a failed round trip: the next makes the connection's cursors again, in a known state."""
+    for cursor in _cursors.pop(dbapi, ()):
+        cursor.close()
+
+
 def _alone(conn: Connection, dbapi: Any, text: str, params: dict[str, Any] | None, rows: bool
            ) -> tuple[list[tuple[Any, ...]], int]:
     """One statement in its own round trip, on the connection's kept cursor (Postgres): its rows (when ``rows``) and
@@ -244,8 +250,9 @@ def _alone(conn: Connection, dbapi: Any, text: str, params: dict[str, Any] | Non
         cursor.execute(text, params, prepare=params is not None)
         return (cursor.fetchall() if rows else []), cursor.rowcount
     except conn.dialect.loaded_dbapi.Error as exc:
-        _cursors.pop(dbapi, None)
-        raise _wrapped(conn, exc, text, cursor) from exc
+        wrapped = _wrapped(conn, exc, text, cursor)
+        _forget_cursors(dbapi)
+        raise wrapped from exc
 
 
 def execute_script(conn: Connection, text: str) -> None:
@@ -363,24 +370,19 @@ def _pipelined(conn: Connection, dbapi: Any, statements: list[_Queued], rows: bo
     transaction they were in is aborted; a ``Later`` among them is dropped)."""
     sent: list[Any] = []  # the cursor each statement went on
     error = conn.dialect.loaded_dbapi.Error
-    done = False
     try:
         _send(dbapi, statements, sent, error)
         for (_, _, later), cursor in zip(statements, sent, strict=True):
             if later is not None:
                 later._got(cursor.fetchall() if later._stmt.returns_rows else [], cursor.rowcount)
         last = sent[-1]
-        answer = (last.fetchall() if rows else []), last.rowcount
-        done = True
-        return answer
+        return (last.fetchall() if rows else []), last.rowcount
     except error as exc:
         _dropped(statements)
         text = statements[max(len(sent) - 1, 0)][0]  # the one being sent when the error came back
-        raise _wrapped(conn, exc, text, sent[-1] if sent else None) from exc
-    finally:
-        if not done:  # the next round trip makes its cursors again, in a known state
-            for cursor in _cursors.pop(dbapi, ()):
-                cursor.close()
+        wrapped = _wrapped(conn, exc, text, sent[-1] if sent else None)
+        _forget_cursors(dbapi)
+        raise wrapped from exc
 
 
 def _send(dbapi: Any, statements: list[_Queued], sent: list[Any], error: type[Exception]) -> None:
