@@ -45,15 +45,16 @@ def on_tool_finished(step: Step) -> list[Envelope]:
     assert isinstance(done, ToolFinished)
     store = step.rt.store
 
-    ahead: list[Later | None] = []
+    ahead: Later | None = None  # this transaction's: a transaction run again asks again
 
     def observe(conn: Connection) -> None:  # with the run's locked read: recorded only if the run fans in
-        ahead.append(store.observe_while(conn, run_id=step.env.run_id, iteration=done.iteration,
-                                         states=[str(s) for s in _FANNING_IN], call_id=done.call_id,
-                                         tool=done.tool, result=done.result.model_dump(mode="json")))
+        nonlocal ahead
+        ahead = store.observe_while(conn, run_id=step.env.run_id, iteration=done.iteration,
+                                    states=[str(s) for s in _FANNING_IN], call_id=done.call_id, tool=done.tool,
+                                    result=done.result.model_dump(mode="json"))
 
     def fan_in(conn: Connection, run: RunRecord) -> list[Envelope]:
-        noted = ahead[0].rows().first() if ahead and ahead[0] is not None else None
+        noted = ahead.rows().first() if ahead is not None else None
         if noted is not None and noted[0]:
             first = bool(noted[1])
         else:  # SQLite; or the run came to fan in between the two statements (no call's result can, yet: kept)
