@@ -644,3 +644,43 @@ def test_a_handlings_round_trips_use_its_connections_cursors_again_and_read_each
         with pytest.raises(DBAPIError), store.tx() as conn:
             execute(conn, Sql("SELECT 1 / (:n::int - :n::int)"), {"n": 1})
         assert one(20) == ([], 21), "a round trip after a failed one reads its own answers"
+
+
+def test_a_hold_that_fails_on_a_fresh_connection_leaves_its_statements_usable_for_the_read_again(pg_url: str) -> None:
+    """The first round trip of a new connection fails at the hold, before the writes behind it were ever prepared
+    there: the transaction run again on a fresh read, on the same connection, sends the same statements and commits
+    (no statement psycopg thinks prepared while the server skipped it, no cursor left in a failed state)."""
+    from agentfleet.loop.transcript import Usage
+    from agentfleet.store.base import RunMovedOn
+
+    run_id = f"r-fresh-{uuid.uuid4().hex}"
+    setup = Store(make_engine(pg_url), audit=True)
+    with setup.tx() as conn:
+        created = setup.start_run(conn, run_id=run_id, agent="a", goal_id=run_id, trace_id="t", input={}, limits={})
+        read = setup.transition(conn, created, RunState.PLANNING)
+        setup.add_spend(conn, [run_id], Usage(input_tokens=3))  # changed since ``read``
+    setup.engine.dispose()
+    engine = make_engine(pg_url)
+    store = Store(engine, audit=True)
+    assert read is not None
+
+    def second(known: object) -> None:
+        with store.tx() as conn:
+            current = store.hold_run(conn, read) if known else store.get_run(run_id, conn, lock=True)
+            assert current is not None
+            store.write_messages(conn, run_id, [(0, 0, Message(role="assistant", content="turn"))])
+            store.finish_step(conn, f"{run_id}:0:plan", status="succeeded", output={}, duration_ms=1.0)
+            store.transition(conn, current, RunState.EXECUTING, steps_used=current.steps_used + 1)
+            store.mark_processed(conn, uuid.uuid4().hex, "planner", [], run_id=run_id, deferred=True)
+
+    try:
+        with store.handling():
+            with pytest.raises(RunMovedOn):
+                second(read)
+            second(None)
+        moved = store.get_run(run_id)
+        assert moved is not None and (moved.state, moved.steps_used, moved.input_tokens) == (
+            RunState.EXECUTING, 2, 3)
+        assert [m.content for m in store.transcript(run_id)] == ["turn"]
+    finally:
+        engine.dispose()
