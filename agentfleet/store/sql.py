@@ -1,4 +1,4 @@
-"""The statements every iteration runs: written once, rendered once per dialect, run on the driver's own cursor.
+"""The statements every iteration runs: written once, rendered once per dialect, sent by the driver's lowest layer.
 
 SQLAlchemy Core builds, caches and post-processes each execution: measured here, an ``INSERT … ON CONFLICT DO
 NOTHING RETURNING`` built per call costs 217 µs of CPU, prebuilt 105 µs, and the same text on psycopg's cursor
@@ -7,20 +7,22 @@ are the hot path's; everything else stays SQLAlchemy Core. Both run on the same 
 transaction: a statement here goes to the DBAPI connection under the SQLAlchemy ``Connection`` it is given,
 inside whatever transaction that connection is in.
 
-One text serves Postgres and SQLite: ``:name`` parameters (psycopg gets ``%(name)s``), ``{for_update}`` where
-Postgres locks the rows read (SQLite has one writer anyway). Values are converted as SQLAlchemy's column types
-would: JSON as text (Postgres casts it; SQLite keeps it), timestamps in the text form SQLAlchemy's SQLite
-``DateTime`` reads back, so rows written here read the same through Core and the other way round.
+One text serves Postgres and SQLite: ``:name`` parameters (Postgres gets ``$1``…), ``{for_update}`` where Postgres
+locks the rows read (SQLite has one writer anyway). Values are converted as SQLAlchemy's column types would: JSON
+as text (Postgres casts it; SQLite keeps it), timestamps in the text form SQLAlchemy's SQLite ``DateTime`` reads
+back, so rows written here read the same through Core and the other way round.
 
 A driver error is raised as SQLAlchemy's wrapped error (``DBAPIError`` and its subclasses), with the connection
 invalidated when it was a disconnect, so retries decide on one kind of error whichever path raised it.
 
-Round trips. On Postgres a statement whose result nobody reads (a write checked by its constraints, BEGIN,
-``SET LOCAL``) can be deferred: it is queued on the connection and sent, in psycopg's pipeline mode, with the next
-statement that is executed or with the COMMIT, in one round trip (seven statements of a transaction one by one
-cost 338 µs of CPU and 721 µs of wall time here, pipelined 157 and 198). Nothing queued is ever lost or reordered:
-SQLAlchemy's own statements and commits send the queue first (``watch``), a rollback discards it, and a connection
-goes back to the pool with nothing queued. A deferred statement's error is raised by the statement it went with.
+Round trips. On Postgres every statement goes through libpq's pipeline mode (``_round_trip``: psycopg's ``pq``
+layer, its adapters and its wait, no cursor), prepared once per connection. A statement whose result nobody reads
+(a write checked by its constraints, BEGIN, ``SET LOCAL``) can be deferred: it is queued on the connection and sent
+with the next statement that is executed or with the COMMIT, in one round trip (seven statements of a transaction
+one by one cost 338 µs of CPU and 721 µs of wall time here through psycopg's cursors, pipelined 157 and 198; through
+libpq 110–141 µs of CPU). Nothing queued is ever lost or reordered: SQLAlchemy's own statements and commits send the
+queue first (``watch``), a rollback discards it, and a connection goes back to the pool with nothing queued. A
+deferred statement's error is raised by the statement it went with.
 """
 
 from __future__ import annotations
@@ -30,12 +32,15 @@ import logging
 import os
 import re
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import cached_property
 from typing import Any, Literal, overload
 
+from psycopg import errors, pq
+from psycopg.adapt import PyFormat, Transformer
+from psycopg.waiting import Ready, Wait
 from sqlalchemy import JSON, Boolean, Connection, DateTime, Engine, Table, event
 from sqlalchemy.exc import DBAPIError
 
@@ -104,13 +109,31 @@ class Sql:
         return head.startswith("SELECT") or (not head.startswith("WITH") and " RETURNING " in head)
 
     def rendered(self, dialect: str) -> str:
+        """The text sent: SQLite's keeps ``:name``; Postgres's numbers them (``$1``; a name used twice is one
+        number), in the order ``order`` gives."""
         text = self._rendered.get(dialect)
         if text is None:
             text = self.text.replace("{for_update}", " FOR UPDATE" if dialect == POSTGRES else "")
             if dialect == POSTGRES:
-                text = _PARAM.sub(r"%(\1)s", text.replace("%", "%%"))
+                numbers: dict[str, int] = {}
+                text = _PARAM.sub(lambda m: f"${numbers.setdefault(m[1], len(numbers) + 1)}", text)
             self._rendered[dialect] = text
         return text
+
+    @cached_property
+    def order(self) -> tuple[str, ...]:
+        """The parameters' names in the order of their numbers in the Postgres text."""
+        return tuple(dict.fromkeys(m[1] for m in _PARAM.finditer(self.text)))
+
+    @cached_property
+    def prepared_as(self) -> bytes:
+        """The name it is prepared under on a Postgres connection, once per connection; one name a text, so a
+        statement built again per call is not prepared again (psycopg's own names are ``_pg3_…``)."""
+        text = self.rendered(POSTGRES)
+        name = _names.get(text)
+        if name is None:
+            name = _names.setdefault(text, f"agentfleet_{len(_names)}".encode())
+        return name
 
     @cached_property
     def _loads(self) -> dict[str, list[tuple[int, Callable[[Any], Any]]]]:
@@ -118,6 +141,7 @@ class Sql:
                 for dialect, loaders in LOADERS.items()}
 
     def params(self, values: Mapping[str, Any], dialect: str) -> dict[str, Any]:
+        """The values as the driver takes them: JSON as text, and SQLite's timestamps as SQLAlchemy stores them."""
         if not self.json and not (self.times and dialect == SQLITE):
             return dict(values)
         out = dict(values)
@@ -131,6 +155,12 @@ class Sql:
                 if isinstance(value, datetime):
                     out[name] = _sqlite_time(value)
         return out
+
+    def args(self, values: Mapping[str, Any]) -> list[Any]:
+        """The values for Postgres's numbered parameters, in order (JSON as text)."""
+        json_ = self.json
+        return [json.dumps(v, default=str) if v is not None and name in json_ else v
+                for name in self.order for v in (values[name],)]
 
     def load(self, row: Sequence[Any], dialect: str) -> tuple[Any, ...]:
         loads = self._loads.get(dialect, [])
@@ -180,8 +210,9 @@ class Later:
         self._rows = Rows([self._stmt.load(r, dialect) for r in raw], rowcount)
 
 
-# A deferred statement: its text, its parameters (None: a script), and where its answer goes when it is wanted.
-_Queued = tuple[str, dict[str, Any] | None, Later | None]
+# A deferred statement: its text, the statement (None: a script, sent unprepared), its values in order, and where
+# its answer goes when it is wanted.
+_Queued = tuple[str, Sql | None, list[Any] | None, Later | None]
 
 
 def execute(conn: Connection, stmt: Sql, values: Mapping[str, Any] | None = None) -> Rows:
@@ -189,10 +220,10 @@ def execute(conn: Connection, stmt: Sql, values: Mapping[str, Any] | None = None
     deferred on the connection goes first, in the same round trip."""
     dialect = conn.dialect.name
     text = stmt.rendered(dialect)
-    params = stmt.params(values or {}, dialect)
     dbapi = conn.connection.dbapi_connection
     assert dbapi is not None, "an invalidated connection"
     if dialect != POSTGRES:
+        params = stmt.params(values or {}, dialect)
         cursor = dbapi.cursor()
         try:
             cursor.execute(text, params)
@@ -203,56 +234,10 @@ def execute(conn: Connection, stmt: Sql, values: Mapping[str, Any] | None = None
         finally:
             cursor.close()
         return Rows([stmt.load(r, dialect) for r in raw], rowcount)
+    this: _Queued = (text, stmt, stmt.args(values or {}), None)
     queued = _queued.pop(dbapi, None)
-    if queued:
-        raw, rowcount = _pipelined(conn, dbapi, [*queued, (text, params, None)], stmt.returns_rows)
-        return Rows([stmt.load(r, dialect) for r in raw], rowcount)
-    raw, rowcount = _alone(conn, dbapi, text, params, stmt.returns_rows)
+    raw, rowcount = _round_trip(conn, dbapi, [*queued, this] if queued else [this], stmt.returns_rows)
     return Rows([stmt.load(r, dialect) for r in raw], rowcount)
-
-
-_cursors: weakref.WeakKeyDictionary[Any, list[Any]] = weakref.WeakKeyDictionary()
-
-
-def _forget_connections() -> None:
-    """A forked child keeps nothing of its parent's connections' cursors or queues."""
-    _cursors.clear()
-    _queued.clear()
-
-
-def _kept_cursors(dbapi: Any) -> list[Any]:
-    """The connection's cursors, made once and used again (a cursor made per statement cost its setup each time,
-    a fifth of the CPU of a transaction's round trip here): the first for a statement whose answer is not read, any
-    number of them one after another; the rest, one each, for those of a round trip whose answer is."""
-    kept = _cursors.get(dbapi)
-    if kept is None or kept[0].closed:
-        kept = _cursors[dbapi] = [dbapi.cursor()]
-    return kept
-
-
-def _cursor_of(dbapi: Any) -> Any:
-    """The cursor for a statement in a round trip of its own."""
-    return _kept_cursors(dbapi)[0]
-
-
-def _forget_cursors(dbapi: Any) -> None:
-    """After a failed round trip: the next makes the connection's cursors again, in a known state."""
-    for cursor in _cursors.pop(dbapi, ()):
-        cursor.close()
-
-
-def _alone(conn: Connection, dbapi: Any, text: str, params: dict[str, Any] | None, rows: bool
-           ) -> tuple[list[tuple[Any, ...]], int]:
-    """One statement in its own round trip, on the connection's kept cursor (Postgres): its rows (when ``rows``) and
-    row count. Prepared when it has parameters (``_send`` says why a script is not)."""
-    cursor = _cursor_of(dbapi)
-    try:
-        cursor.execute(text, params, prepare=params is not None)
-        return (cursor.fetchall() if rows else []), cursor.rowcount
-    except conn.dialect.loaded_dbapi.Error as exc:
-        wrapped = _wrapped(conn, exc, text, cursor)
-        _forget_cursors(dbapi)
-        raise wrapped from exc
 
 
 def execute_script(conn: Connection, text: str) -> None:
@@ -271,11 +256,9 @@ def execute_script(conn: Connection, text: str) -> None:
         finally:
             cursor.close()
         return
+    this: _Queued = (text, None, None, None)
     queued = _queued.pop(dbapi, None)
-    if queued:
-        _pipelined(conn, dbapi, [*queued, (text, None, None)], False)
-        return
-    _alone(conn, dbapi, text, None, False)
+    _round_trip(conn, dbapi, [*queued, this] if queued else [this], False)
 
 
 # -- deferred statements (Postgres) -------------------------------------------------------------------------------
@@ -302,7 +285,7 @@ def defer(conn: Connection, stmt: Sql, values: Mapping[str, Any] | None = None, 
         return later
     dbapi = conn.connection.dbapi_connection
     assert dbapi is not None, "an invalidated connection"
-    _queued.setdefault(dbapi, []).append((stmt.rendered(dialect), stmt.params(values or {}, dialect), later))
+    _queued.setdefault(dbapi, []).append((stmt.rendered(dialect), stmt, stmt.args(values or {}), later))
     return later
 
 
@@ -313,14 +296,14 @@ def defer_script(conn: Connection, text: str) -> None:
         return
     dbapi = conn.connection.dbapi_connection
     assert dbapi is not None, "an invalidated connection"
-    _queued.setdefault(dbapi, []).append((text, None, None))
+    _queued.setdefault(dbapi, []).append((text, None, None, None))
 
 
 def _dropped(queued: list[_Queued] | None) -> list[str]:
-    for _, _, later in queued or ():
+    for _, _, _, later in queued or ():
         if later is not None:
             later.dropped = True
-    return [text for text, _, _ in queued or ()]
+    return [text for text, _, _, _ in queued or ()]
 
 
 def undefer(conn: Connection, later: Later) -> bool:
@@ -328,7 +311,7 @@ def undefer(conn: Connection, later: Later) -> bool:
     went already, or was dropped)."""
     dbapi = conn.connection.dbapi_connection if not conn.invalidated else None
     queued = _queued.get(dbapi) if dbapi is not None else None
-    for i, (_, _, kept) in enumerate(queued or ()):
+    for i, (_, _, _, kept) in enumerate(queued or ()):
         if kept is later:
             del queued[i]  # type: ignore[index]
             if not queued:
@@ -344,80 +327,164 @@ def discard(conn: Connection) -> list[str]:
 
 
 def flush(conn: Connection) -> None:
-    """Send what is deferred on ``conn`` now: one statement on its own (a pipeline of one cost 142 µs of CPU here
-    against 70 for the statement alone), more in one pipeline."""
+    """Send what is deferred on ``conn`` now, in one round trip."""
     dbapi = conn.connection.dbapi_connection if not conn.invalidated else None
     queued = _queued.pop(dbapi, None) if dbapi is not None else None
-    if not queued:
-        return
-    if len(queued) > 1:
-        _pipelined(conn, dbapi, queued, False)
-        return
-    text, params, later = queued[0]
-    try:
-        raw, rowcount = _alone(conn, dbapi, text, params, later is not None and later._stmt.returns_rows)
-    except BaseException:
-        _dropped(queued)
-        raise
-    if later is not None:
-        later._got(raw, rowcount)
+    if queued:
+        _round_trip(conn, dbapi, queued, False)
 
 
-def _pipelined(conn: Connection, dbapi: Any, statements: list[_Queued], rows: bool
-               ) -> tuple[list[tuple[Any, ...]], int]:
-    """Every statement in one round trip (psycopg's pipeline mode); the last one's rows and row count, and the rows
-    of those whose answer is wanted (``Later``). The first error is raised (and the rest were not run: the
-    transaction they were in is aborted; a ``Later`` among them is dropped)."""
-    sent: list[Any] = []  # the cursor each statement went on
-    error = conn.dialect.loaded_dbapi.Error
+# -- one round trip (Postgres) -------------------------------------------------------------------------------------
+
+_names: dict[str, bytes] = {}  # by the text sent
+_OK, _TUPLES = pq.ExecStatus.COMMAND_OK, pq.ExecStatus.TUPLES_OK
+_FAILED, _SYNC = pq.ExecStatus.FATAL_ERROR, pq.ExecStatus.PIPELINE_SYNC
+_IDLE = pq.TransactionStatus.IDLE
+
+
+class _Session:
+    """What is kept of one psycopg connection: the statements prepared on it (by ``Sql.prepared_as``), and the
+    ``Transformer`` that turns values into parameters and result rows back into values, as psycopg's cursors do
+    (the same adapters: a row reads the same whichever way it came)."""
+
+    __slots__ = ("encoding", "prepared", "transformer")
+
+    def __init__(self, dbapi: Any) -> None:
+        self.prepared: set[bytes] = set()
+        self.transformer = Transformer(dbapi)
+        self.encoding: str = dbapi.info.encoding
+
+
+_sessions: weakref.WeakKeyDictionary[Any, _Session] = weakref.WeakKeyDictionary()
+
+
+def _forget_connections() -> None:
+    """A forked child keeps nothing of its parent's connections' sessions or queues."""
+    _sessions.clear()
+    _queued.clear()
+
+
+def _round_trip(conn: Connection, dbapi: Any, statements: list[_Queued], rows: bool
+                ) -> tuple[list[tuple[Any, ...]], int]:
+    """Every statement in one round trip, in libpq's pipeline mode; the last one's rows (when ``rows``) and row
+    count, and the rows of those whose answer is wanted (``Later``). The first error is raised, as SQLAlchemy's
+    (``_wrapped``); the statements behind it were not run (the transaction they were in is aborted), and a
+    ``Later`` among them is dropped.
+
+    libpq directly, not psycopg's cursors and pipeline: measured on a handling-like transaction of seven statements,
+    110–141 µs of client CPU against 237–277 (``benchmarks/round_trip_client.py``). What a psycopg cursor did is
+    done here: a statement with parameters is prepared once per connection (its Parse goes in the round trip of its
+    first use; only a Parse the server answered counts), parameters and rows go through psycopg's adapters, a
+    connection outside autocommit gets its BEGIN first, and the wait lets the GIL go. A statement without parameters
+    (BEGIN, COMMIT, SET LOCAL) is not prepared: it has nothing to plan. A round trip stopped between its sending and
+    its last answer (the connection lost, an exception thrown into the wait) leaves the connection in a state
+    nobody knows: it is not used again."""
+    session = _sessions.get(dbapi)
+    if session is None:
+        session = _sessions[dbapi] = _Session(dbapi)
+    pg, tx, failed_at = dbapi.pgconn, session.transformer, len(statements) - 1
     try:
-        _send(dbapi, statements, sent, error)
-        for (_, _, later), cursor in zip(statements, sent, strict=True):
-            if later is not None:
-                later._got(cursor.fetchall() if later._stmt.returns_rows else [], cursor.rowcount)
-        last = sent[-1]
-        return (last.fetchall() if rows else []), last.rowcount
-    except error as exc:
+        if not dbapi.autocommit and pg.transaction_status == _IDLE:  # the BEGIN psycopg's cursor would send
+            statements = [(dbapi._get_tx_start_command().decode(), None, None, None), *statements]
+        params = [tx.dump_sequence(args, [PyFormat.TEXT] * len(args)) if args else None
+                  for _, _, args, _ in statements]
+        with dbapi.lock:
+            results, commands = _exchange(dbapi, pg, session, statements, params)
+        answers, failed_at, failure = _sorted(session, results, commands, len(statements))
+        if failure is not None:
+            raise errors.error_from_result(failure, encoding=session.encoding)
+    except conn.dialect.loaded_dbapi.Error as exc:
         _dropped(statements)
-        text = statements[max(len(sent) - 1, 0)][0]  # the one being sent when the error came back
-        wrapped = _wrapped(conn, exc, text, sent[-1] if sent else None)
-        _forget_cursors(dbapi)
-        raise wrapped from exc
+        lost = pg.pipeline_status != pq.PipelineStatus.OFF
+        raise _wrapped(conn, exc, statements[min(failed_at, len(statements) - 1)][0], None, lost=lost) from exc
+    except BaseException:
+        _dropped(statements)
+        if pg.pipeline_status != pq.PipelineStatus.OFF and not conn.invalidated:
+            conn.invalidate()
+        raise
+    last, out = len(statements) - 1, ([], -1)
+    for i, ((_, _, _, later), result) in enumerate(zip(statements, answers, strict=True)):
+        if later is None and i != last:
+            continue
+        got: list[tuple[Any, ...]] = []
+        if (later._stmt.returns_rows if later is not None else rows) and result.ntuples:
+            tx.set_pgresult(result)
+            got = tx.load_rows(0, result.ntuples, tuple)
+        count = result.command_tuples
+        answer = (got, -1 if count is None else count)
+        if later is not None:
+            later._got(*answer)
+        if i == last:
+            out = answer
+    return out
 
 
-def _send(dbapi: Any, statements: list[_Queued], sent: list[Any], error: type[Exception]) -> None:
-    """Each statement in one pipeline, on the connection's kept cursors (the cursor of each in ``sent``): those whose
-    answer is not read all on the first (a cursor's result is its last statement's), the others and the last on one
-    each.
+# What each command of a round trip was: the statement's index, and the name a Parse prepares (None: its execution).
+_Command = tuple[int, bytes | None]
 
-    A statement without parameters (BEGIN, COMMIT, SET LOCAL) is never prepared: it has nothing to plan, and psycopg
-    would prepare it on its fifth run, naming it prepared as it sends the Parse -- behind a statement that fails, the
-    server skips that Parse and psycopg keeps the name. The first error is raised once the pipeline has ended, not
-    through its end: psycopg then logs a WARNING of its own ("error ignored terminating …") for every failed batch,
-    every duplicate delivery's among them."""
-    kept = _kept_cursors(dbapi)
-    last, own = len(statements) - 1, 1
-    failed: Exception | None = None
-    try:
-        with dbapi.pipeline():
-            for i, (text, params, later) in enumerate(statements):
-                if later is None and i != last:
-                    cursor = kept[0]
-                else:
-                    if own == len(kept):
-                        kept.append(dbapi.cursor())
-                    cursor, own = kept[own], own + 1
-                sent.append(cursor)
-                try:
-                    cursor.execute(text, params, prepare=params is not None)
-                except error as exc:
-                    failed = exc
-                    break
-    except error:
-        if failed is None:  # the batch's error came at the pipeline's end (its sync)
-            raise
-    if failed is not None:  # the pipeline's end said only that ``failed`` aborted it
-        raise failed
+
+def _exchange(dbapi: Any, pg: Any, session: _Session, statements: list[_Queued], params: list[Any]
+              ) -> tuple[list[Any], list[_Command]]:
+    """Send each statement (after its Parse, on its first use on this connection) and a sync, in pipeline mode; read
+    every result up to the sync's. One result a command, in order."""
+    commands: list[_Command] = []
+    parsed: set[bytes] = set()  # a statement used twice in the round trip is parsed once
+    pg.enter_pipeline_mode()
+    for i, ((text, stmt, _, _), values) in enumerate(zip(statements, params, strict=True)):
+        if stmt is None:
+            pg.send_query_params(text.encode(), None)
+        else:
+            name = stmt.prepared_as
+            if name not in session.prepared and name not in parsed:
+                pg.send_prepare(name, text.encode())
+                parsed.add(name)
+                commands.append((i, name))
+            pg.send_query_prepared(name, values)
+        commands.append((i, None))
+    pg.pipeline_sync()
+    results = dbapi.wait(_sent_and_read(pg))
+    pg.exit_pipeline_mode()
+    return results, commands
+
+
+def _sent_and_read(pg: Any) -> Generator[Wait, Ready, list[Any]]:
+    """psycopg's waiting generator for one pipelined round trip: flush what is queued (reading meanwhile, so that a
+    server blocked writing answers never waits on a client blocked writing), then read every result up to the
+    sync's. ``Connection.wait`` drives it, letting the GIL go while the socket is not ready."""
+    while pg.flush() != 0:
+        while not (ready := (yield Wait.RW)):
+            continue
+        if ready & Ready.R:
+            pg.consume_input()
+    results: list[Any] = []
+    while True:
+        while pg.is_busy():
+            while not (yield Wait.R):
+                continue
+            pg.consume_input()
+        result = pg.get_result()
+        if result is None:  # the end of one command's results
+            continue
+        results.append(result)
+        if result.status == _SYNC:
+            return results
+
+
+def _sorted(session: _Session, results: list[Any], commands: list[_Command], n: int
+            ) -> tuple[list[Any], int, Any]:
+    """Each statement's result, the index of the first that failed (or of the last), and that failure's result (or
+    None). A Parse the server answered counts as prepared on this connection from now on."""
+    answers: list[Any] = [None] * n
+    for (i, parse), result in zip(commands, results, strict=False):
+        status = result.status
+        if status == _FAILED:
+            return answers, i, result
+        if parse is not None:
+            if status == _OK:
+                session.prepared.add(parse)
+        else:
+            answers[i] = result
+    return answers, n - 1, None
 
 
 os.register_at_fork(after_in_child=_forget_connections)
@@ -445,19 +512,19 @@ def _checked_in(dbapi: Any, record: Any) -> None:
                   extra={"statements": [text[:80] for text in left]})
 
 
-def _wrapped(conn: Connection, exc: Exception, text: str, cursor: Any) -> BaseException:
+def _wrapped(conn: Connection, exc: Exception, text: str, cursor: Any, *, lost: bool = False) -> BaseException:
     """The driver's error as SQLAlchemy raises it: a disconnect invalidates the connection (it is not handed back
-    to the pool), and says so, which is what retries decide on (``roles/retry.py``). So does a prepared statement
-    the server lacks: it sent the Parse in a round trip behind a statement that failed, which the server skipped (or
-    a DEALLOCATE ALL passed it), and psycopg keeps the name; every later use of it on this connection would fail
-    the same way, so this connection alone is closed and the step retried on another."""
+    to the pool), and says so, which is what retries decide on (``roles/retry.py``). So does a connection ``lost``
+    mid-round-trip, and one whose prepared statement the server lacks (a ``DEALLOCATE ALL`` passed it): every later
+    use of it on this connection would fail the same way, so this connection alone is closed and the step retried
+    on another."""
     dialect = conn.dialect
     disconnect = False
     try:
         disconnect = dialect.is_disconnect(exc, conn.connection.dbapi_connection, cursor)
     except Exception:  # deciding must not hide the error itself
         disconnect = False
-    invalidated = disconnect or getattr(exc, "sqlstate", None) == LOST_PREPARED
+    invalidated = disconnect or lost or getattr(exc, "sqlstate", None) == LOST_PREPARED
     if invalidated and not conn.invalidated:
         if disconnect:
             # As SQLAlchemy does with a disconnect it sees itself: every pooled connection as old as this one is

@@ -64,8 +64,7 @@ if os.environ.get("AGENTFLEET_HANDLING_PROBE"):
         event_task.run_event = run_event  # looked up by the registered tasks at each call
         psycopg.Connection.wait = _timed("database", psycopg.Connection.wait)
         publisher.Publisher.publish = _timed("publish", publisher.Publisher.publish)
-        sql._send = _counted(sql._send)  # one pipeline, one round trip
-        sql._cursor_of = _counted(sql._cursor_of)  # one statement alone, one round trip
+        sql._round_trip = _counted(sql._round_trip)  # every round trip of the store's own statements
 
     def _dump() -> None:
         with open(os.path.join(os.environ["AGENTFLEET_HANDLING_PROBE"], f"{os.getpid()}.jsonl"), "w") as out:

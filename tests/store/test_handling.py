@@ -340,7 +340,7 @@ def _deferred(conn: object) -> list[str]:
     from agentfleet.store.sql import _queued
 
     dbapi = conn.connection.dbapi_connection  # type: ignore[attr-defined]
-    return [text for text, _, _ in _queued.get(dbapi, [])]
+    return [text for text, _, _, _ in _queued.get(dbapi, [])]
 
 
 def test_a_transition_of_a_run_its_transaction_holds_waits_for_the_next_round_trip(pg_store: Store) -> None:
@@ -374,18 +374,13 @@ def round_trips(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     from agentfleet.store import sql
 
     trips: list[str] = []
-    send, cursor_of = sql._send, sql._cursor_of
+    round_trip = sql._round_trip
 
-    def counted_send(dbapi: object, statements: list, cursors: list, error: type[Exception]) -> None:
-        trips.append(statements[-1][0][:30])
-        send(dbapi, statements, cursors, error)
+    def counted(conn: object, dbapi: object, statements: list, rows: bool) -> object:
+        trips.append(statements[-1][0][:30] if len(statements) > 1 else "(alone)")
+        return round_trip(conn, dbapi, statements, rows)  # type: ignore[arg-type]
 
-    def counted_cursor(dbapi: object) -> object:
-        trips.append("(alone)")
-        return cursor_of(dbapi)
-
-    monkeypatch.setattr(sql, "_send", counted_send)
-    monkeypatch.setattr(sql, "_cursor_of", counted_cursor)
+    monkeypatch.setattr(sql, "_round_trip", counted)
     return trips
 
 
@@ -615,18 +610,15 @@ def test_the_planners_intent_and_transcript_read_go_with_its_commit(pg_store: St
     assert [m.content for m in read().messages] == ["turn 0", "r"] and round_trips == ["COMMIT"]
 
 
-def test_a_handlings_round_trips_use_its_connections_cursors_again_and_read_each_answer_right(
-        pg_store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A cursor made per statement cost a fifth of a round trip's CPU: a connection's cursors are made once. The
-    answers still come back each to its own question, and a failed round trip leaves none of its state behind."""
-    import psycopg
+PREPARED_HERE = Sql("SELECT count(*) FROM pg_prepared_statements")
 
-    store, made = pg_store, []
-    cursor = psycopg.Connection.cursor
 
-    def counted(self: psycopg.Connection, *args: object, **kwargs: object) -> object:
-        made.append(1)
-        return cursor(self, *args, **kwargs)
+def test_a_handlings_statements_are_prepared_once_a_connection_and_each_answer_is_read_right(
+        pg_store: Store) -> None:
+    """A statement's Parse goes in the round trip of its first use on a connection and never again there (the
+    server keeps it past a ROLLBACK or a failed round trip); the answers still come back each to its own
+    question, and a failed round trip leaves nothing behind that the next one would read."""
+    store = pg_store
 
     def one(n: int) -> tuple[object, ...]:
         with store.tx() as conn:
@@ -638,12 +630,85 @@ def test_a_handlings_round_trips_use_its_connections_cursors_again_and_read_each
 
     with store.handling():
         assert one(0) == ([], 1)
-        monkeypatch.setattr(psycopg.Connection, "cursor", counted)
+        with store.reading() as conn:
+            prepared = execute(conn, PREPARED_HERE).scalar()
         assert [one(n) for n in range(1, 20)] == [([], n + 1) for n in range(1, 20)]
-        assert made == [], "no cursor made after the first round trip"
         with pytest.raises(DBAPIError), store.tx() as conn:
             execute(conn, Sql("SELECT 1 / (:n::int - :n::int)"), {"n": 1})
         assert one(20) == ([], 21), "a round trip after a failed one reads its own answers"
+        with store.reading() as conn:
+            assert execute(conn, PREPARED_HERE).scalar() == prepared + 1, "only the division, new, whose run failed"
+
+
+def test_every_statement_of_the_hot_path_prepares_with_its_parameters_types_left_to_the_server(
+        pg_store: Store) -> None:
+    """Statements are prepared without parameter types, as psycopg sends a str: Postgres infers each from where it
+    is used, and a value goes as text that the inferred type reads. A statement where it cannot infer one would fail
+    at its first use in a running fleet; every module-level statement is prepared here first."""
+    import importlib
+    import pkgutil
+
+    import agentfleet
+    from agentfleet.store.sql import POSTGRES
+
+    found = {}
+    for module in pkgutil.walk_packages(agentfleet.store.__path__, "agentfleet.store."):
+        if ".migrations" in module.name:  # alembic's scripts run only under alembic
+            continue
+        for name, value in vars(importlib.import_module(module.name)).items():
+            if isinstance(value, Sql):
+                found[f"{module.name}.{name}"] = value
+    assert len(found) >= 15, found
+    dbapi = pg_store.engine.raw_connection()
+    try:
+        for name, stmt in found.items():
+            result = dbapi.driver_connection.pgconn.prepare(name.encode(), stmt.rendered(POSTGRES).encode())
+            assert result.status == 1, (name, result.error_message)  # COMMAND_OK
+    finally:
+        dbapi.invalidate()
+
+
+def test_statements_in_a_transaction_sqlalchemy_began_are_in_it(pg_store: Store) -> None:
+    """Outside a handling, the connection is psycopg's, not in autocommit, and its BEGIN is sent by its cursor with
+    the first statement: sent through libpq, the store's own statements get that BEGIN first, so that a rollback
+    takes them back and a commit keeps them."""
+    store, name = pg_store, f"d-began-{uuid.uuid4().hex}"
+    with pytest.raises(RuntimeError), store.engine.begin() as conn:
+        execute(conn, NOTE, {"name": name, "value": "v", "at": datetime.now(UTC)})
+        raise RuntimeError("rolled back")
+    with store.engine.begin() as conn:
+        assert execute(conn, NOTED, {"name": name}).first() is None
+        execute(conn, NOTE, {"name": name, "value": "kept", "at": datetime.now(UTC)})
+        conn.execute(text("SELECT 1"))  # SQLAlchemy's own statement in the same transaction
+    with store.reading() as conn:
+        assert execute(conn, NOTED, {"name": name}).scalar() == "kept"
+
+
+def test_a_round_trip_stopped_between_sending_and_reading_drops_its_connection_and_the_next_handling_works(
+        pg_store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Stopped inside the wait (a signal's exception, a timeout thrown into the thread), a round trip leaves its
+    connection mid-pipeline with answers unread: it is not handed back to the pool, the exception is the caller's,
+    and nothing deferred stays behind."""
+    import psycopg
+
+    store, name = pg_store, f"d-stopped-{uuid.uuid4().hex}"
+    wait = psycopg.Connection.wait
+
+    def stopped(self: psycopg.Connection, gen: object, *args: object, **kwargs: object) -> object:
+        raise KeyboardInterrupt("stopped in the wait")
+
+    with store.handling():
+        with store.reading() as conn:
+            pid = execute(conn, BACKEND_PID).scalar()
+        monkeypatch.setattr(psycopg.Connection, "wait", stopped)
+        with pytest.raises(KeyboardInterrupt), store.tx() as conn:
+            _note(conn, name)
+            execute(conn, NOTED, {"name": name})
+        monkeypatch.setattr(psycopg.Connection, "wait", wait)
+        assert conn.invalidated
+    with store.handling(), store.tx() as conn:
+        assert execute(conn, BACKEND_PID).scalar() != pid
+        assert execute(conn, NOTED, {"name": name}).first() is None
 
 
 def test_a_hold_that_fails_on_a_fresh_connection_leaves_its_statements_usable_for_the_read_again(pg_url: str) -> None:
