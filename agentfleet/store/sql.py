@@ -350,6 +350,7 @@ class _Session:
     __slots__ = ("encoding", "prepared", "transformer")
 
     def __init__(self, dbapi: Any) -> None:
+        _psycopg_prepares_nothing(dbapi, None)  # a connection made before ``watch`` (the rest: ``_wrapped``)
         self.prepared: set[bytes] = set()
         self.transformer = Transformer(dbapi)
         self.encoding: str = dbapi.info.encoding
@@ -492,13 +493,23 @@ os.register_at_fork(after_in_child=_forget_connections)
 
 def watch(engine: Engine) -> None:
     """Keep SQLAlchemy's own statements, commits and rollbacks in order with what is deferred: its statement or
-    commit sends the queue first, its rollback discards it, and a connection is checked in with nothing queued."""
+    commit sends the queue first, its rollback discards it, and a connection is checked in with nothing queued; and
+    psycopg prepares nothing of its own on the engine's connections (``_psycopg_prepares_nothing``)."""
     if engine.dialect.name != POSTGRES or event.contains(engine, "before_cursor_execute", _before_core):
         return
     event.listen(engine, "before_cursor_execute", _before_core)
     event.listen(engine, "commit", flush)
     event.listen(engine, "rollback", discard)
     event.listen(engine, "checkin", _checked_in)  # on the engine: kept when its pool is replaced (dispose)
+    event.listen(engine, "connect", _psycopg_prepares_nothing)
+
+
+def _psycopg_prepares_nothing(dbapi: Any, record: Any) -> None:
+    """psycopg prepares a statement it has run five times, and at a ROLLBACK it sees with any of its own prepared it
+    sends ``DEALLOCATE ALL``, which takes this module's statements with it (the next use fails, and costs a step and
+    the connection). So psycopg prepares nothing on a connection this module uses: SQLAlchemy's statements are off
+    the hot path, and each is planned per run, as psycopg does with any statement it has run fewer times."""
+    dbapi.prepare_threshold = None
 
 
 def _before_core(conn: Connection, cursor: Any, statement: str, parameters: Any, context: Any,

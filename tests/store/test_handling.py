@@ -300,11 +300,11 @@ def test_a_transition_and_its_audit_row_batched_keep_their_types(store: Store) -
 
 def test_a_connection_whose_prepared_statements_the_server_lost_fails_one_step_retryably_then_is_replaced(
         pg_store: Store) -> None:
-    """The server no longer has a statement psycopg prepared on a connection (psycopg names a statement prepared as
-    it sends the Parse; in a round trip behind a write that fails, the server can skip it, and a ``DEALLOCATE ALL``
-    can pass a Parse). Every later use of that statement on that pooled connection failed with "prepared statement …
-    does not exist", a ProgrammingError: the step failed for good (seen in the duplicate delivery test: 12 steps
-    dead-lettered). Now the connection is dropped and the step is retried, as after a disconnect."""
+    """The server no longer has a statement prepared on a connection (a ``DEALLOCATE ALL`` nobody here sent). Every
+    later use of that statement on that pooled connection failed with "prepared statement … does not exist", a
+    ProgrammingError: the step failed for good (seen in the duplicate delivery test: 12 steps dead-lettered, when
+    psycopg's cursors prepared them). Now the connection is dropped and the step is retried, as after a
+    disconnect."""
     store = pg_store
     with store.tx() as conn:
         _note(conn, "d-lost-prepared")
@@ -638,6 +638,32 @@ def test_a_handlings_statements_are_prepared_once_a_connection_and_each_answer_i
         assert one(20) == ([], 21), "a round trip after a failed one reads its own answers"
         with store.reading() as conn:
             assert execute(conn, PREPARED_HERE).scalar() == prepared + 1, "only the division, new, whose run failed"
+
+
+@pytest.mark.parametrize("made_by", ["make_engine", "create_engine"])
+def test_sqlalchemys_statements_and_rollbacks_never_take_the_stores_prepared_statements_away(
+        pg_url: str, made_by: str) -> None:
+    """psycopg prepares a statement it has run five times, and on a ROLLBACK with any of its own prepared it sends
+    ``DEALLOCATE ALL``, which took the store's statements with it: the next use failed ("prepared statement … does
+    not exist") and cost a step and a connection (seen under duplicate deliveries, whose transactions roll back).
+    psycopg prepares nothing on the store's connections, whoever made the engine."""
+    from sqlalchemy import create_engine
+
+    engine = make_engine(pg_url) if made_by == "make_engine" else create_engine(pg_url)
+    store = Store(engine)
+    try:
+        for _ in range(6):  # SQLAlchemy's own statement, often enough for psycopg to prepare it, beside the store's
+            with store.tx() as conn:
+                conn.execute(select(T.runs.c.run_id).where(T.runs.c.run_id == "r-none")).all()
+                execute(conn, NOTED, {"name": "d-none"})
+        with pytest.raises(RuntimeError), store.tx() as conn:  # rolled back by psycopg
+            conn.execute(select(T.runs.c.run_id).where(T.runs.c.run_id == "r-none")).all()
+            raise RuntimeError("rolled back")
+        with store.tx() as conn:
+            assert execute(conn, NOTED, {"name": "d-none"}).first() is None
+            assert not conn.invalidated
+    finally:
+        engine.dispose()
 
 
 def test_every_statement_of_the_hot_path_prepares_with_its_parameters_types_left_to_the_server(
