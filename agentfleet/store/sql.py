@@ -158,9 +158,17 @@ class Sql:
 
     def args(self, values: Mapping[str, Any]) -> list[Any]:
         """The values for Postgres's numbered parameters, in order (JSON as text)."""
-        json_ = self.json
-        return [json.dumps(v, default=str) if v is not None and name in json_ else v
-                for name in self.order for v in (values[name],)]
+        if not self.json:
+            return [values[name] for name in self.order]
+        out = [values[name] for name in self.order]
+        for i in self._json_at:
+            if out[i] is not None:
+                out[i] = json.dumps(out[i], default=str)
+        return out
+
+    @cached_property
+    def _json_at(self) -> tuple[int, ...]:
+        return tuple(i for i, name in enumerate(self.order) if name in self.json)
 
     def load(self, row: Sequence[Any], dialect: str) -> tuple[Any, ...]:
         loads = self._loads.get(dialect, [])
