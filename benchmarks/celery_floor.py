@@ -1,6 +1,10 @@
 """Bare Celery: three chained no-op tasks on three queues, the floor for three hops on this broker; and the same
 chain with one Postgres ``INSERT … COMMIT`` per hop, the floor for three *durable* hops.
 
+Each set of floor workers has queues of its own (``FLOOR_QUEUES``), so a bare floor and a committing one can be up
+at once and their chains run in turns with the fleet's iterations (``suites/overhead.py``): figures taken in the same
+minute, not minutes apart on a machine whose speed drifts.
+
 The worker processes load this module (``celery -A benchmarks.celery_floor``); the suites drive
 them through :func:`floor_workers`. Same settings as the fleet where they matter: late acks,
 prefetch 1, publisher confirms, the thread pool; with ``commit_url``, the fleet's own engine
@@ -32,7 +36,7 @@ from agentfleet.store.db import make_engine
 BROKER = os.environ.get("AGENTFLEET_BROKER_URL", "amqp://guest:guest@127.0.0.1:5672//")
 REDIS = os.environ.get("AGENTFLEET_REDIS_URL", "redis://127.0.0.1:6379/0")
 ROOT = Path(__file__).resolve().parents[1]
-QUEUES = ("floor.q1", "floor.q2", "floor.q3")
+QUEUES = tuple(f"{os.environ.get('FLOOR_QUEUES', 'floor')}.q{hop}" for hop in (1, 2, 3))  # this worker's
 COMMIT_URL = os.environ.get("FLOOR_COMMIT_URL")  # set: each hop commits one row before it hands on
 HOPS_TABLE = "floor_hops"
 
@@ -89,12 +93,13 @@ def hop3(t0: float, key: str) -> None:
 @dataclass
 class Floor:
     key: str
+    queues: tuple[str, ...]
 
     def chain_ms(self, count: int, timeout: float = 30) -> list[float]:
         """``count`` chains one at a time: milliseconds from send to the third hop's end, each."""
         out = []
         for _ in range(count):
-            hop1.apply_async((time.time(), self.key), queue=QUEUES[0])
+            hop1.apply_async((time.time(), self.key), queue=self.queues[0])
             got = _redis.blpop([self.key], timeout=timeout)
             if got is None:
                 raise TimeoutError(f"a bare Celery chain did not complete in {timeout:g} s")
@@ -107,7 +112,7 @@ class Floor:
         t0 = time.time()
         with app.producer_or_acquire() as producer:
             for _ in range(count):
-                hop1.apply_async((t0, self.key), queue=QUEUES[0], producer=producer)
+                hop1.apply_async((t0, self.key), queue=self.queues[0], producer=producer)
         deadline = time.monotonic() + 60 + count / 10
         while _redis.llen(self.key) < count:
             if time.monotonic() > deadline:
@@ -123,25 +128,28 @@ def floor_workers(per_queue: int = 1, concurrency: int = 1, commit_url: str | No
     """``per_queue`` thread-pool worker processes on each of the three queues, warmed up; with ``commit_url``,
     each hop commits one row to that database first (the table is made here)."""
     procs = []
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "AGENTFLEET_BROKER_URL": BROKER, "AGENTFLEET_REDIS_URL": REDIS}
+    name = f"floor.{uuid.uuid4().hex[:8]}"
+    queues = tuple(f"{name}.q{hop}" for hop in (1, 2, 3))
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "AGENTFLEET_BROKER_URL": BROKER, "AGENTFLEET_REDIS_URL": REDIS,
+           "FLOOR_QUEUES": name}
     env.pop("FLOOR_COMMIT_URL", None)
     if commit_url is not None:
         create_hops_table(commit_url)
         env["FLOOR_COMMIT_URL"] = commit_url
     with tempfile.TemporaryDirectory() as tmp:
-        for queue in QUEUES:
+        for queue in queues:
             for _ in range(per_queue):
-                name = f"floor.{uuid.uuid4().hex[:8]}@%h"
-                log = (Path(tmp) / f"{name}.log").open("wb")
+                node = f"floor.{uuid.uuid4().hex[:8]}@%h"
+                log = (Path(tmp) / f"{node}.log").open("wb")
                 procs.append(subprocess.Popen(
-                    [sys.executable, "-m", "celery", "-A", "benchmarks.celery_floor", "worker", "-Q", queue, "-n", name,
+                    [sys.executable, "-m", "celery", "-A", "benchmarks.celery_floor", "worker", "-Q", queue, "-n", node,
                      "-P", "threads", "-c", str(concurrency), "-l", "WARNING", "--without-mingle", "--without-gossip"],
                     env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT))
-        floor = Floor(f"afbench:floor:{uuid.uuid4().hex}")
+        floor = Floor(f"afbench:floor:{uuid.uuid4().hex}", queues)
         with app.connection_for_write() as conn:
             # Declared here, not left to the first publish: kombu remembers what a process has
             # declared, so after an earlier floor deleted the queues a publish would not redeclare.
-            for queue in QUEUES:
+            for queue in queues:
                 Queue(queue, durable=True).bind(conn.default_channel).declare()
         try:
             floor.chain_ms(1, timeout=120)  # waits for the workers to come up
@@ -155,5 +163,5 @@ def floor_workers(per_queue: int = 1, concurrency: int = 1, commit_url: str | No
             for p in procs:
                 p.wait(timeout=15)
             with app.connection_for_write() as conn:  # leave the broker as it was found
-                for queue in QUEUES:
+                for queue in queues:
                     conn.default_channel.queue_delete(queue)

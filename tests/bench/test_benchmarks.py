@@ -25,6 +25,8 @@ def test_each_benchmark_suite_runs_on_a_tiny_size(suite: str) -> None:
             f"agentfleet_over_{peer}" for peer in figures["samples"] if peer != "agentfleet"}
         assert len(figures["samples"]) == 6
         assert "agentfleet_over_celery_commit_per_hop_3_hops" in figures  # the floor for durable hops
+        # timed in turns with the fleet: a ratio per round, all of them shown
+        assert len(figures["round_by_round_over_celery_commit_per_hop_3_hops"]) == figures["rounds"] > 1
         cpu = figures["worker_cpu_ms_per_iteration"]
         assert set(cpu) == {"planner", "executor", "observer", "total"} and cpu["total"] > 0
     if suite == "throughput":
