@@ -195,7 +195,8 @@ class Rows:
 class Later:
     """The rows of a deferred statement whose answer is wanted (``defer(..., keep=True)``), once the round trip it went
     with is back: asking before that sends what is queued now (``flush``). A statement its transaction's rollback
-    dropped unsent never ran: ``dropped``, and asking raises."""
+    dropped unsent, or one behind a failed statement, never ran: ``dropped``, and asking raises. One that ran before
+    a failed statement keeps its answer, though its transaction did not commit."""
 
     def __init__(self, conn: Connection, stmt: Sql) -> None:
         self._conn, self._stmt = conn, stmt
@@ -309,7 +310,7 @@ def defer_script(conn: Connection, text: str) -> None:
 
 def _dropped(queued: list[_Queued] | None) -> list[str]:
     for _, _, _, later in queued or ():
-        if later is not None:
+        if later is not None and not later.sent:  # one answered before a failure keeps its answer
             later.dropped = True
     return [text for text, _, _, _ in queued or ()]
 
@@ -378,7 +379,8 @@ def _round_trip(conn: Connection, dbapi: Any, statements: list[_Queued], rows: b
     """Every statement in one round trip, in libpq's pipeline mode; the last one's rows (when ``rows``) and row
     count, and the rows of those whose answer is wanted (``Later``). The first error is raised, as SQLAlchemy's
     (``_wrapped``); the statements behind it were not run (the transaction they were in is aborted), and a
-    ``Later`` among them is dropped.
+    ``Later`` among them is dropped; one before it has its answer (a session's advisory lock taken there is held
+    through the rollback, and its holder must know to let go of it).
 
     libpq directly, not psycopg's cursors and pipeline: measured on a handling-like transaction of seven statements,
     110–141 µs of client CPU against 237–277 (``benchmarks/round_trip_client.py``). What a psycopg cursor did is
@@ -401,6 +403,9 @@ def _round_trip(conn: Connection, dbapi: Any, statements: list[_Queued], rows: b
             results, commands = _exchange(dbapi, pg, session, statements, params)
         answers, failed_at, failure = _sorted(session, results, commands, len(statements))
         if failure is not None:
+            for (_, _, _, later), result in zip(statements[:failed_at], answers, strict=False):
+                if later is not None:  # its answer stands: a session's advisory lock taken there outlives the rollback
+                    later._got(*_answer(tx, later._stmt.returns_rows, result))
             raise errors.error_from_result(failure, encoding=session.encoding)
     except conn.dialect.loaded_dbapi.Error as exc:
         _dropped(statements)
@@ -415,17 +420,22 @@ def _round_trip(conn: Connection, dbapi: Any, statements: list[_Queued], rows: b
     for i, ((_, _, _, later), result) in enumerate(zip(statements, answers, strict=True)):
         if later is None and i != last:
             continue
-        got: list[tuple[Any, ...]] = []
-        if (later._stmt.returns_rows if later is not None else rows) and result.ntuples:
-            tx.set_pgresult(result)
-            got = tx.load_rows(0, result.ntuples, tuple)
-        count = result.command_tuples
-        answer = (got, -1 if count is None else count)
+        answer = _answer(tx, later._stmt.returns_rows if later is not None else rows, result)
         if later is not None:
             later._got(*answer)
         if i == last:
             out = answer
     return out
+
+
+def _answer(tx: Any, rows: bool, result: Any) -> tuple[list[tuple[Any, ...]], int]:
+    """One statement's rows (when wanted) and row count, from its result."""
+    got: list[tuple[Any, ...]] = []
+    if rows and result.ntuples:
+        tx.set_pgresult(result)
+        got = tx.load_rows(0, result.ntuples, tuple)
+    count = result.command_tuples
+    return got, -1 if count is None else count
 
 
 # What each command of a round trip was: the statement's index, and the name a Parse prepares (None: its execution).

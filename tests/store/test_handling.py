@@ -775,3 +775,32 @@ def test_a_hold_that_fails_on_a_fresh_connection_leaves_its_statements_usable_fo
         assert [m.content for m in store.transcript(run_id)] == ["turn"]
     finally:
         engine.dispose()
+
+
+def _lock_is_free(store: Store, key: str) -> bool:
+    """Whether another session can take the step's lock now (asked on a connection of its own engine: a session's
+    advisory locks are re-entrant, so one the pool hands back must not be the one asking)."""
+    from agentfleet.store.base import TRY_LOCK, UNLOCK, lock_id
+
+    engine = make_engine(str(store.engine.url.render_as_string(hide_password=False)))
+    try:
+        with engine.connect() as conn:
+            free = bool(execute(conn, TRY_LOCK, {"k": lock_id(key)}).scalar())
+            if free:
+                execute(conn, UNLOCK, {"k": lock_id(key)})
+            conn.commit()
+            return free
+    finally:
+        engine.dispose()
+
+
+def test_a_step_lock_taken_in_a_round_trip_that_then_failed_is_let_go(pg_store: Store) -> None:
+    """The lock's try went first in the round trip and was taken; a statement behind it failed. A session's advisory
+    lock stays taken through the rollback: its answer is kept, and the lock let go at the end, not left on a pooled
+    connection where no step of it could run again."""
+    store, key = pg_store, f"k-failed-behind-{uuid.uuid4().hex}"
+    with store.handling(), store.step_lock(key) as held:
+        with pytest.raises(DBAPIError), store.tx() as conn:
+            execute(conn, Sql("SELECT 1 / (SELECT count(*) FROM fleet_secrets WHERE name = 'no such name')"))
+        assert held, "its answer came back before the failure"
+    assert _lock_is_free(store, key)
