@@ -118,6 +118,12 @@ class StepHold:
         """Not asked yet: its try waits, unsent, for the handling's next statement."""
         return self._taken is None and not self.later.sent and not self.later.dropped
 
+    def ask_again(self) -> None:
+        """After a transaction that asked for the lock in its own statement (``ask_with``) failed before that statement
+        answered: nothing was taken, and the lone try waits again for the handling's next statement."""
+        if self._taken is None and self.later.dropped:
+            self.later = defer(self.bound.conn, TRY_LOCK, {"k": lock_id(self.key)}, keep=True)
+
     def ask_with(self, conn: Connection, stmt: Sql, values: Mapping[str, Any]) -> Later | None:
         """Ask for the lock with ``stmt`` instead (on the handling's connection, in the transaction open there),
         whose first column is the answer and whose write is made only when the lock was taken: the intent of a

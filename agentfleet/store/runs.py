@@ -14,7 +14,7 @@ from sqlalchemy import JSON, Connection, DateTime, Select, func, select, tuple_
 from agentfleet.hooks.base import Transition, current_step
 from agentfleet.loop.states import RunState, can_transition
 from agentfleet.store import tables as T
-from agentfleet.store.base import StoreBase
+from agentfleet.store.base import StepHold, StoreBase, lock_id
 from agentfleet.store.records import RunRecord, as_utc, now
 from agentfleet.store.sql import POSTGRES, Sql, defer, execute, kinds_of
 
@@ -43,6 +43,17 @@ HOLD_AS_READ = Sql(
     + " AND ".join(f"{c} IS NOT DISTINCT FROM :{c}" for c in UNVERSIONED)
     + " FOR UPDATE) SELECT agentfleet_moved_on(:run_id) WHERE NOT EXISTS (SELECT 1 FROM held)",
     times=frozenset({"redriven_at"}), rows=False)
+# The run's row locked if it is as this handling takes it to be, without having read it (its state checked too: a row
+# known from an event is not known on everything a move changes unless the move is known), and the step's lock taken,
+# in one statement; else the transaction fails (AF001), with nothing written and no lock taken: CASE asks for the lock
+# only once the row is held, and fails the statement when the lock is not had (a session's advisory lock outlives a
+# rollback: taken by a statement that then failed, it would be left held with nobody knowing).
+HOLD_AND_LOCK = Sql(
+    "WITH held AS MATERIALIZED (SELECT 1 FROM runs WHERE run_id = :run_id AND version = :version "
+    "AND state = :state AND " + " AND ".join(f"{c} IS NOT DISTINCT FROM :{c}" for c in UNVERSIONED)
+    + " FOR UPDATE) SELECT CASE WHEN NOT EXISTS (SELECT 1 FROM held) THEN agentfleet_moved_on(:run_id) IS NULL "
+    "WHEN pg_try_advisory_lock(:k) THEN true ELSE agentfleet_moved_on(:run_id) IS NULL END",
+    times=frozenset({"redriven_at"}), rows=True)
 # A new run's row: the table's own column defaults (tables.py), the rest given by create_run.
 _NEW_RUN = {c.name: c.default.arg if c.default is not None and not callable(c.default.arg) else None
             for c in T.runs.columns}
@@ -157,6 +168,24 @@ class Runs(StoreBase):
                                    **{c: getattr(run, c) for c in UNVERSIONED}})
         self._hold(conn, run.run_id, run.version)
         return run
+
+    def hold_and_lock(self, conn: Connection, run: RunRecord, hold: StepHold | bool) -> bool:
+        """``hold_run`` for a run this handling takes to be as ``run`` says without having read it (as its own last
+        commit left it, moved on as an event says), with the step's lock (``step_lock``, not asked for yet) asked in
+        the same statement: nothing goes to the database before the transaction's COMMIT, or its next read. The
+        transaction fails with ``RunMovedOn`` when the row is not as ``run`` says (its state included) or the step
+        is held elsewhere; nothing it wrote stays, nothing was taken, and ``hold.ask_again()`` then lets the caller
+        ask for the lock and the row the usual way, which tells the two apart. False, with nothing sent, when this
+        cannot be done (not Postgres, or the lock was asked for already): the caller reads the run."""
+        if self.dialect != POSTGRES or not isinstance(hold, StepHold):
+            return False
+        later = hold.ask_with(conn, HOLD_AND_LOCK, {"run_id": run.run_id, "version": run.version,
+                                                    "state": str(run.state), "k": lock_id(hold.key),
+                                                    **{c: getattr(run, c) for c in UNVERSIONED}})
+        if later is None:
+            return False
+        self._hold(conn, run.run_id, run.version)
+        return True
 
     def get_runs(self, run_ids: list[str], conn: Connection | None = None, *, lock: bool = False
                  ) -> list[RunRecord]:

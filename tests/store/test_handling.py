@@ -804,3 +804,79 @@ def test_a_step_lock_taken_in_a_round_trip_that_then_failed_is_let_go(pg_store: 
             execute(conn, Sql("SELECT 1 / (SELECT count(*) FROM fleet_secrets WHERE name = 'no such name')"))
         assert held, "its answer came back before the failure"
     assert _lock_is_free(store, key)
+
+
+def test_a_run_taken_as_its_last_mover_left_it_is_held_with_the_steps_lock_in_the_commits_round_trip_or_not_at_all(
+        pg_store: Store, round_trips: list[str]) -> None:
+    """The planner's first transaction, when it knows the run without reading it (as its own last commit left it,
+    moved on by the observer as the event says): the row held as taken and the step's lock taken in one statement,
+    sent with the move, the writes and the COMMIT (one round trip). The row not as taken (another state at that
+    version, a spend) or the step held elsewhere: the transaction fails whole with ``RunMovedOn``, nothing written
+    and no lock taken; the lock asked again goes with the next read."""
+    import dataclasses
+
+    from agentfleet.store.base import RunMovedOn
+
+    store, run_id = Store(pg_store.engine, audit=True), f"r-taken-{uuid.uuid4().hex}"
+    key = f"{run_id}:1:plan"
+    with store.tx() as conn:
+        created = store.start_run(conn, run_id=run_id, agent="a", goal_id=run_id, trace_id="t", input={}, limits={})
+        planning = store.transition(conn, created, RunState.PLANNING)
+        assert planning is not None
+        left = store.transition(conn, planning, RunState.EXECUTING, steps_used=1)  # as the planner left it
+    assert left is not None
+    with store.tx() as conn:  # the observer's move
+        assert store.transition(conn, store.get_run(run_id, conn, lock=True), RunState.OBSERVING) is not None
+    taken = dataclasses.replace(left, state=RunState.OBSERVING, version=left.version + 1)
+
+    wrong = {
+        "another state at that version": dataclasses.replace(taken, state=RunState.CANCELLED),
+        "an older version": left,
+        "another spend": dataclasses.replace(taken, steps_used=2),
+    }
+    for n, (what, guess) in enumerate(wrong.items()):
+        with store.handling(), store.step_lock(key) as held:
+            with pytest.raises(RunMovedOn), store.tx() as conn:
+                assert store.hold_and_lock(conn, guess, held)
+                store.transition(conn, guess, RunState.PLANNING, iteration=1)
+                _note(conn, f"n-taken-{run_id}-{n}")
+            assert _lock_is_free(store, key), f"{what}: no lock taken"
+            held.ask_again()
+            round_trips.clear()
+            with store.tx() as conn:
+                assert store.get_run(run_id, conn, lock=True) == dataclasses.replace(taken, updated_at=ANY_TIME)
+                assert len(round_trips) == 1 and held, f"{what}: asked again, with the read"
+        with store.reading() as conn:
+            assert execute(conn, NOTED, {"name": f"n-taken-{run_id}-{n}"}).scalar() is None, what
+
+    with store.step_lock(key, own_connection=True) as elsewhere:
+        assert elsewhere
+        with store.handling(), store.step_lock(key) as held:
+            with pytest.raises(RunMovedOn), store.tx() as conn:
+                assert store.hold_and_lock(conn, taken, held)
+                store.transition(conn, taken, RunState.PLANNING, iteration=1)
+            held.ask_again()
+            assert not held, "held elsewhere, and still"
+    current = store.get_run(run_id)
+    assert current is not None and (current.state, current.version) == (RunState.OBSERVING, taken.version)
+
+    round_trips.clear()
+    with store.handling(), store.step_lock(key) as held:
+        with store.tx() as conn:
+            assert store.hold_and_lock(conn, taken, held)
+            moved = store.transition(conn, taken, RunState.PLANNING, iteration=1)
+            _note(conn, f"n-taken-{run_id}")
+        assert round_trips == ["COMMIT"], "the hold, the lock, the move, the write and the COMMIT: one round trip"
+        assert held and len(round_trips) == 1
+        assert not _lock_is_free(store, key)
+    assert _lock_is_free(store, key), "let go at the end"
+    assert moved is not None and store.get_run(run_id) == dataclasses.replace(moved, updated_at=ANY_TIME)
+    assert [a["to_state"] for a in store.audit_trail(run_id)] == ["PLANNING", "EXECUTING", "OBSERVING", "PLANNING"]
+
+
+class _AnyTime:
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, datetime)
+
+
+ANY_TIME: datetime = _AnyTime()  # type: ignore[assignment]
