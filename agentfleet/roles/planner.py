@@ -63,7 +63,8 @@ from agentfleet.roles.admission import check_conflict
 from agentfleet.roles.prompt import prompt_for, recorded_summary
 from agentfleet.roles.retry import CommitPending, InFlight, outcome_at_risk
 from agentfleet.roles.step import Step, end_run, result_of
-from agentfleet.store.records import RunRecord, now
+from agentfleet.store.base import RunMovedOn, StepHold
+from agentfleet.store.records import RunRecord, StepRecord, now
 from agentfleet.store.repository import Store
 
 log = logging.getLogger(__name__)
@@ -150,11 +151,13 @@ def on_observation_recorded(step: Step) -> list[Envelope]:
     ]
     if obs.repair is not None:
         tool_messages.append(Message(role="user", name=REPAIR_MESSAGE_NAME, content=obs.repair))
-    return _plan(step, agent, nxt, tool_messages, arrive)
+    return _plan(step, agent, nxt, tool_messages, arrive,
+                 known=step.rt.runs_left.observed(step.env.run_id, obs.iteration))
 
 
 def _plan(step: Step, agent: Agent, iteration: int, new_messages: list[Message],
-          arrive: Callable[[Connection, RunRecord], RunRecord | None]) -> list[Envelope]:
+          arrive: Callable[[Connection, RunRecord], RunRecord | None], *,
+          known: RunRecord | None = None) -> list[Envelope]:
     """One iteration: gates, the model call (or its checkpoint), the decision, committed with its events.
 
     Two transactions around the model call. The first holds the run's row: ``arrive`` moves the run to this
@@ -162,6 +165,11 @@ def _plan(step: Step, agent: Agent, iteration: int, new_messages: list[Message],
     read, in the round trip of its COMMIT, which does not wait for the disk (a crash of the database before the
     second commits costs one model call: the event is redelivered). The second records the turn and the decision
     (``_decide_and_commit``), holding the run as the first left it (``Step.locked_run``'s ``known``).
+
+    ``known``: the run as this process's planner last left it, moved on as the event says (``RunsLeft``). The first
+    transaction then holds the row as that, and takes the step's lock, in the round trip of its COMMIT instead of
+    reading the row first; a row not as known, or a step held elsewhere, fails it whole, and it runs again on the row
+    read.
     """
     store = step.rt.store
     run_id = step.env.run_id
@@ -169,24 +177,51 @@ def _plan(step: Step, agent: Agent, iteration: int, new_messages: list[Message],
     with store.step_lock(key) as held:
         # Asked before the run's row is held: a Redis that answers slowly must not keep a cancel waiting.
         offer = step.rt.dispatch.offer(list(agent.tools.values()), _unconsumed(step, agent))
-        with store.tx() as conn:
-            found = store.get_run(run_id, conn, lock=True)  # the step lock is asked for in the same round trip
-            if not held:  # nothing written yet: the transaction is dropped
-                raise InFlight(f"plan step {key} is being planned elsewhere")
-            run = arrive(conn, found) if found is not None else None
-            if run is None:
-                return step.commit(conn, [])
-            limits = Limits.model_validate(run.limits)
-            gate = (check_gates(limits, run.usage, iteration, run.elapsed_s(), run.steps_used)
-                    or _tree_gate(store, run, conn) or (_cause_gate(store, run, conn) if iteration == 0 else None))
-            if gate is not None:
-                status = ResultStatus.CANCELLED if gate.code == ErrorCode.CANCELLED else ResultStatus.FAILED
-                return _end_in(step, conn, run, run, new_messages, iteration, None, status, gate.code, gate.message)
-            intent = store.intend_step(conn, key=key, run_id=run_id, iteration=iteration, kind="plan",
-                                       worker=step.worker, input={"tools": offer.tools, "notice": offer.notice})
-            read_history = store.history_later(run_id, conn)  # the intent, this read and the COMMIT: one round trip
-            # Not durable: a model turn lost with the intent in a database crash is asked for again, as a first try.
-            store.relax(conn)
+
+        def begin(taken: RunRecord | None) -> list[Envelope] | tuple[RunRecord, Callable[[], StepRecord],
+                                                                       Callable[[], History]]:
+            """The first transaction: what ended the handling, or the run, the intent's record and the history."""
+            with store.tx() as conn:
+                if taken is not None and store.hold_and_lock(conn, taken, held):
+                    found: RunRecord | None = taken  # held with the lock, with the COMMIT, or none of this stays
+                else:
+                    found = store.get_run(run_id, conn, lock=True)  # the step lock is asked in the same round trip
+                    if not held:  # nothing written yet: the transaction is dropped
+                        raise InFlight(f"plan step {key} is being planned elsewhere")
+                run = arrive(conn, found) if found is not None else None
+                if run is None:
+                    return step.commit(conn, [])
+                gate = (check_gates(Limits.model_validate(run.limits), run.usage, iteration, run.elapsed_s(),
+                                    run.steps_used)
+                        or _tree_gate(store, run, conn)
+                        or (_cause_gate(store, run, conn) if iteration == 0 else None))
+                if gate is not None:
+                    status = ResultStatus.CANCELLED if gate.code == ErrorCode.CANCELLED else ResultStatus.FAILED
+                    return _end_in(step, conn, run, run, new_messages, iteration, None, status, gate.code,
+                                   gate.message)
+                intent = store.intend_step(conn, key=key, run_id=run_id, iteration=iteration, kind="plan",
+                                           worker=step.worker, input={"tools": offer.tools, "notice": offer.notice})
+                read_history = store.history_later(run_id, conn)  # the intent, this read and the COMMIT: one trip
+                # Not durable: a model turn lost with the intent in a database crash is asked for again, as a first
+                # try.
+                store.relax(conn)
+            return run, intent, read_history
+
+        try:
+            begun = begin(known)
+        except RunMovedOn:
+            if known is None:
+                raise
+            log.info("run not as this planner left it: read", extra={"run_id": run_id})
+            if isinstance(held, StepHold):
+                held.ask_again()
+            begun = begin(None)
+        if not held:  # answered already (taken, with the row held as known): asked now, so that the handling's last
+            raise InFlight(f"plan step {key} is being planned elsewhere")  # COMMIT lets go of it (``release_held``)
+        if isinstance(begun, list):
+            return begun
+        run, intent, read_history = begun
+        limits = Limits.model_validate(run.limits)
         record = intent()
         if record.status != "started":  # planned by an earlier handling that already committed its events
             with store.tx() as conn:
@@ -460,6 +495,7 @@ def _dispatch(step: Step, run: RunRecord, new_messages: list[Message], iteration
         moved = store.transition(conn, current, RunState.EXECUTING, **_usage_fields(current, planned.turn))
         if not moved:
             return step.commit(conn, [])
+        _left(step, conn, moved)  # the run the observer moves on from: the next iteration's planner knows it
         out, started = list(events), 0
         for call in handed:  # children start from here: no executor hop, never queued behind slow tools
             assert agent is not None
@@ -468,10 +504,17 @@ def _dispatch(step: Step, run: RunRecord, new_messages: list[Message], iteration
             started += child
         if handed and started == len(call_ids):  # every call went to a child: nothing runs in a worker
             waits = store.transition(conn, moved, RunState.WAITING_CHILDREN)
+            if waits:
+                _left(step, conn, waits)  # not EXECUTING: the planner reads the run once its children answered
             step_notices.waiting(step, conn, moved, "children", waits)
         return step.commit(conn, out)
 
     return step.locked_run(_planning(iteration), execute, known=run)
+
+
+def _left(step: Step, conn: Connection, run: RunRecord) -> None:
+    """Once ``conn``'s transaction has committed, the run as it left it is this process's planner's to know."""
+    step.rt.store.after_commit(conn, lambda: step.rt.runs_left.keep(run))
 
 
 def _repair(step: Step, run: RunRecord, new_messages: list[Message], iteration: int, planned: Planned,
@@ -489,8 +532,10 @@ def _repair(step: Step, run: RunRecord, new_messages: list[Message], iteration: 
 
     def answer(conn: Connection, current: RunRecord) -> list[Envelope]:
         _checkpoint(step, conn, run, iteration, new_messages, planned, repair=decision.fail.message)
-        if not store.transition(conn, current, RunState.OBSERVING, **_usage_fields(current, planned.turn)):
+        moved = store.transition(conn, current, RunState.OBSERVING, **_usage_fields(current, planned.turn))
+        if not moved:
             return step.commit(conn, [])
+        _left(step, conn, moved)  # the run the repair's observation finds
         return step.commit(conn, [event])
 
     return step.locked_run(_planning(iteration), answer, known=run)

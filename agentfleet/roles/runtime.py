@@ -6,7 +6,7 @@ import os
 import socket
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from celery import Celery
 
@@ -24,6 +24,7 @@ from agentfleet.models.base import Model
 from agentfleet.models.ratelimit import rate_limited
 from agentfleet.redaction import install_for
 from agentfleet.roles.health import announcer
+from agentfleet.roles.runs_left import RunsLeft
 from agentfleet.store.db import make_engine
 from agentfleet.store.repository import Store
 
@@ -43,6 +44,7 @@ class Runtime:
     dispatch: ToolDispatch
     hooks: Hooks
     stops: RunStops
+    runs_left: RunsLeft = field(default_factory=RunsLeft)  # the planner's: its last commits' runs
 
     def agent(self, name: str) -> Agent | None:
         return self.agents.get(name)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -78,3 +79,70 @@ def test_a_run_whose_spend_changes_during_its_model_call_commits_its_turns_on_th
     assert run.input_tokens == sum(t.usage.input_tokens for t in calls) + len(calls) * child.input_tokens
     assert run.output_tokens == sum(t.usage.output_tokens for t in calls) + len(calls) * child.output_tokens
     assert run.result["usage"]["input_tokens"] == run.input_tokens
+
+
+def _planner_round_trips(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """Round trips to Postgres made in each planner handling of an observation, by the event's id."""
+    from agentfleet.hooks.base import current_step
+    from agentfleet.store import sql
+
+    counted: dict[str, int] = {}
+    round_trip = sql._round_trip
+
+    def counting(conn: Any, dbapi: Any, statements: Any, rows: bool) -> Any:
+        step = current_step()
+        if step is not None and step.role == "planner" and step.event_type == "observation.recorded":
+            counted[step.event_id] = counted.get(step.event_id, 0) + 1
+        return round_trip(conn, dbapi, statements, rows)
+
+    monkeypatch.setattr(sql, "_round_trip", counting)
+    return counted
+
+
+def test_a_planner_takes_the_run_as_its_last_commit_left_it_without_reading_it(
+        fleet: InProcessFleet, monkeypatch: pytest.MonkeyPatch) -> None:
+    """After the first iteration the planner knows the run: its own last commit sent it to its tools, and the observer's
+    move to OBSERVING is all that came after. It holds the run as that, with the step's lock, in its first
+    transaction's COMMIT: two round trips for an iteration (three when it read the run first); as many for the
+    iteration the step budget ends (its end and, the lock's answer not known before that COMMIT, the lock let go)."""
+    counted = _planner_round_trips(monkeypatch)
+    run_id = fleet.submit({"agent": "stepper", "input": {}})
+    run = wait_for_run(fleet.store, run_id)
+    assert run.result and run.result["error_code"] == "MAX_STEPS", run.result
+    assert sorted(counted.values()) == [2, 2, 2], counted
+    assert run.steps_used == 3
+
+
+def test_a_run_changed_since_the_planners_last_commit_is_read_and_planned_on_as_it_is(
+        fleet: InProcessFleet, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The run changed between the observer's move and the planner's handling (a child's spend, no move): the hold
+    of the run as the planner took it fails whole, and the planner reads it and goes on from what it is. Nothing
+    counted is lost or counted twice, and no step is left held."""
+    from agentfleet.loop.transcript import Usage
+    from agentfleet.store.runs import Runs
+
+    original, spent = Runs.hold_and_lock, []
+    child = Usage(input_tokens=1000, output_tokens=10, cost_usd=0.25)
+
+    def changed_first(self: Runs, conn: Any, run: Any, hold: Any) -> bool:
+        def spend() -> None:  # a child's turn, counted by another worker
+            with fleet.store.tx() as other:
+                fleet.store.add_spend(other, [run.run_id], child)
+
+        with ThreadPoolExecutor(1) as elsewhere:
+            elsewhere.submit(spend).result()
+        spent.append(child)
+        return original(self, conn, run, hold)
+
+    monkeypatch.setattr(Runs, "hold_and_lock", changed_first)
+    counted = _planner_round_trips(monkeypatch)
+    run_id = fleet.submit({"agent": "stepper", "input": {}})
+    run = wait_for_run(fleet.store, run_id)
+    assert run.result and run.result["error_code"] == "MAX_STEPS", run.result
+    assert len(spent) == len(counted) == 2, "each iteration after the first took the run as left, found it changed"
+    assert run.input_tokens == len(spent) * child.input_tokens + sum(
+        s["output"]["usage"]["input_tokens"] for s in fleet.store.steps(run_id)
+        if s["kind"] == "plan" and s["status"] == "succeeded")
+    # As a read run costs (three round trips for an iteration, two for the one ended by the step budget), and the
+    # failed hold's round trip and its ROLLBACK.
+    assert sorted(counted.values()) == [2 + 2, 3 + 2], counted
