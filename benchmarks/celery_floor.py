@@ -94,6 +94,7 @@ def hop3(t0: float, key: str) -> None:
 class Floor:
     key: str
     queues: tuple[str, ...]
+    pids: tuple[int, ...] = ()  # its worker processes
 
     def chain_ms(self, count: int, timeout: float = 30) -> list[float]:
         """``count`` chains one at a time: milliseconds from send to the third hop's end, each."""
@@ -145,7 +146,7 @@ def floor_workers(per_queue: int = 1, concurrency: int = 1, commit_url: str | No
                     [sys.executable, "-m", "celery", "-A", "benchmarks.celery_floor", "worker", "-Q", queue, "-n", node,
                      "-P", "threads", "-c", str(concurrency), "-l", "WARNING", "--without-mingle", "--without-gossip"],
                     env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT))
-        floor = Floor(f"afbench:floor:{uuid.uuid4().hex}", queues)
+        floor = Floor(f"afbench:floor:{uuid.uuid4().hex}", queues, tuple(p.pid for p in procs))
         with app.connection_for_write() as conn:
             # Declared here, not left to the first publish: kombu remembers what a process has
             # declared, so after an earlier floor deleted the queues a publish would not redeclare.

@@ -3,6 +3,10 @@ Celery with one Postgres commit per hop.
 
 Then the same at one process per role with Celery's prefork pool instead of threads (DESIGN §1:
 the pool is a measured choice).
+
+Both are CPU-bound on two cores, so beside each rate: the whole machine's CPU per iteration (per chain for the
+floor), split into the workers, RabbitMQ, Postgres, Redis, the client and the rest. The rates' ratio follows the
+totals' ratio; the split says whose CPU makes the gap.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from agentfleet.loop.states import TERMINAL, RunState
 from agentfleet.store.db import scratch_database
 from agentfleet.workers.roles import ROLES
 from benchmarks.celery_floor import floor_workers
-from benchmarks.common import PG_ADMIN, Fleet, Report, Sizes, fleet, wait_until
+from benchmarks.common import PG_ADMIN, Fleet, MachineCpu, Report, Sizes, fleet, wait_until
 
 SUITE = "throughput"
 TERMINAL_SQL = ", ".join(f"'{s.value}'" for s in TERMINAL)
@@ -38,12 +42,19 @@ def iterations_per_s(f: Fleet, runs: int, iterations: int) -> float:
     return runs * iterations / elapsed
 
 
+def shown(cpu: dict[str, float]) -> str:
+    return f"{cpu['total']} ms: " + ", ".join(f"{group} {ms}" for group, ms in cpu.items() if group != "total")
+
+
 def run(sizes: Sizes, report: Report) -> None:
     ours_at_1 = bare_at_1 = 0.0
+    iterations = sizes.throughput_runs * sizes.throughput_iterations
     for n in sizes.throughput_workers:
         with fleet(dict.fromkeys(ROLES, n)) as f:
             f.run("bench_loop", {"iterations": 3})  # warm-up
+            cpu = MachineCpu.of(f.all_pids())
             ours = iterations_per_s(f, sizes.throughput_runs, sizes.throughput_iterations)
+            ours_cpu = cpu.ms_per(iterations)
         # Bare Celery with the same process count per queue and the planner's thread count each; then the same
         # with one Postgres commit per hop (the floor for durable hops).
         threads = ROLES[C.PLANNER].default_concurrency
@@ -51,7 +62,9 @@ def run(sizes: Sizes, report: Report) -> None:
             bare = floor.burst_per_s(sizes.floor_burst)
         with scratch_database(PG_ADMIN, prefix="agentfleet_bench") as url, \
                 floor_workers(per_queue=n, concurrency=threads, commit_url=url) as floor:
+            cpu = MachineCpu.of(floor.pids)
             committed = floor.burst_per_s(sizes.floor_burst)
+            committed_cpu = cpu.ms_per(sizes.floor_burst)
         ours_at_1, bare_at_1 = ours_at_1 or ours, bare_at_1 or bare
         report.add(SUITE, f"agentfleet_iterations_per_s_{n}_per_role", round(ours, 1),
                    f"{ours:.1f} ({ours / ours_at_1:.2f}× of 1 per role)")
@@ -61,6 +74,9 @@ def run(sizes: Sizes, report: Report) -> None:
         report.add(SUITE, f"celery_commit_per_hop_3_hop_chains_per_s_{n}_per_queue", round(committed, 1))
         report.add(SUITE, f"agentfleet_over_celery_commit_throughput_{n}", round(ours / committed, 2),
                    f"{ours / committed:.2f}× (goal ≥ 0.8×)")
+        report.add(SUITE, f"agentfleet_machine_cpu_ms_per_iteration_{n}_per_role", ours_cpu, shown(ours_cpu))
+        report.add(SUITE, f"celery_commit_machine_cpu_ms_per_chain_{n}_per_queue", committed_cpu,
+                   shown(committed_cpu) + f" (agentfleet's total {ours_cpu['total'] / committed_cpu['total']:.2f}×)")
     with fleet(dict.fromkeys(ROLES, 1), "--pool", "prefork") as f:
         f.run("bench_loop", {"iterations": 3})
         prefork = iterations_per_s(f, sizes.throughput_runs, sizes.throughput_iterations)
