@@ -35,7 +35,6 @@ log = logging.getLogger(__name__)
 PERSISTENT = 2
 CONSUMERS_VIEW_S = 2.0  # how long a planner trusts the broker's count of a dedicated tool queue's consumers
 RETRY_POLICY = {"max_retries": 5, "interval_start": 0.1, "interval_step": 0.5, "interval_max": 2.0}
-KEPT_PRODUCERS = 4  # pooled producers kept between event publishes (the app's pool holds broker_pool_limit, 10)
 
 
 class Publisher:
@@ -46,8 +45,6 @@ class Publisher:
         self.confirms = bool((app.conf.broker_transport_options or {}).get("confirm_publish"))
         self.origin = f"{socket.gethostname()}:{os.getpid()}"  # the sender Flower shows (send_task's anon_nodename)
         self._consumers: dict[str, tuple[float, bool]] = {}  # tool queue -> (when asked, consumed)
-        self._kept: list[Producer] = []  # producers of the app's pool, idle, kept for the next publish (LIFO)
-        self._kept_by = os.getpid()
 
     def publish(self, envelopes: Iterable[Envelope]) -> None:
         """Send internal events as Celery task messages on one pooled producer; every one is confirmed by the
@@ -80,41 +77,12 @@ class Publisher:
             messages.append((task.body, dict(exchange=self.topology.events.name, routing_key=routing_key,
                                              headers=task.headers, serializer="json", delivery_mode=PERSISTENT,
                                              **task.properties)))
-        producer = self._take()
-        try:
-            with producer.connection._reraise_as_library_errors():
-                if len(messages) == 1 or not self.confirms:
-                    for body, options in messages:
-                        producer.publish(body, retry=True, retry_policy=RETRY_POLICY, **options)
-                else:  # a lost connection sends the whole batch again: consumers dedupe on the event id
-                    producer.connection.ensure(producer, _confirmed_batch, **RETRY_POLICY)(producer, messages)
-        except BaseException:
-            producer.release()  # back to the pool, which drops its channel: the next one starts afresh
-            raise
-        self._keep(producer)
-
-    def _take(self) -> Producer:
-        """A producer kept from an earlier publish, else one from the app's pool.
-
-        Taking one from the pool and giving it back for every event cost 20–55 µs of CPU a message (a connection
-        pool and a producer pool under locks, its channel revived each time; benchmarks/README.md, issue 23), a
-        tenth of the publish. A kept producer keeps its connection and channel; a connection lost under it is
-        reconnected by the publish's retry (kombu's ``ensure`` revives the producer), as for a pooled one.
-        """
-        if self._kept_by != os.getpid():  # a forked child: the parent's producers are not this process's to use
-            self._kept, self._kept_by = [], os.getpid()
-        try:
-            return self._kept.pop()  # atomic under the GIL: no two threads get the same one
-        except IndexError:
-            return self.app.producer_pool.acquire(block=True)
-
-    def _keep(self, producer: Producer) -> None:
-        """Keep it for the next publish; past ``KEPT_PRODUCERS`` idle, back to the pool (so at least six of the
-        pool's ten stay for whoever else publishes, and a thread waiting on the pool gets one when a burst ends)."""
-        if len(self._kept) < KEPT_PRODUCERS:
-            self._kept.append(producer)
-        else:
-            producer.release()
+        with self.app.producer_or_acquire() as producer, producer.connection._reraise_as_library_errors():
+            if len(messages) == 1 or not self.confirms:
+                for body, options in messages:
+                    producer.publish(body, retry=True, retry_policy=RETRY_POLICY, **options)
+            else:  # a lost connection sends the whole batch again: consumers dedupe on the event id
+                producer.connection.ensure(producer, _confirmed_batch, **RETRY_POLICY)(producer, messages)
 
     def idle_tool_queues(self, names: Iterable[str]) -> set[str]:
         """Those of these dedicated tool queues no executor consumes now, asked of the broker at most once per

@@ -8,7 +8,6 @@ from collections.abc import Iterator
 
 import pytest
 from kombu import Connection
-from kombu.exceptions import OperationalError
 
 from agentfleet.config.settings import Settings
 from agentfleet.events.envelope import Envelope, EventType, ToolRequested
@@ -124,69 +123,3 @@ def test_a_channels_confirms_are_counted_in_any_order_and_a_refusal_names_only_w
     assert own.refused(4, 6) == [4, 6] and own.nacked == set()
     own._ack(6, multiple=True)
     assert (own.through, own.acked) == (6, set())  # nothing kept that a later ack covers
-
-
-def test_a_publish_reuses_a_kept_producer_instead_of_taking_one_from_the_pool_each_time(
-        publisher: Publisher, namespace: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    publisher.publish([requested(0)])  # the first takes one from the pool
-    pool = publisher.app.producer_pool
-    taken: list[object] = []
-    acquire = pool.acquire
-    monkeypatch.setattr(pool, "acquire", lambda *a, **kw: taken.append(1) or acquire(*a, **kw))
-    for i in range(1, 6):
-        publisher.publish([requested(i)])
-    publisher.publish([requested(6), requested(7)])  # a batch, too
-    assert taken == [], "each publish took a producer from the pool"
-    assert len(drain(namespace)) == 8
-
-
-def test_a_publish_that_fails_gives_its_producer_back_and_the_next_one_starts_afresh(
-        publisher: Publisher, namespace: str) -> None:
-    first = requested(1)
-    publisher.publish([first])
-    (kept,) = publisher._kept
-
-    def broken(*_a: object, **_kw: object) -> None:
-        raise ConnectionResetError("the broker went away under this producer")
-
-    kept.publish = broken  # type: ignore[method-assign]
-    with pytest.raises(OperationalError):  # kombu's name for a connection error
-        publisher.publish([requested(2)])
-    assert kept not in publisher._kept, "a producer whose publish failed was kept"
-    del kept.publish  # the pool may hand it out again: as it was, its channel dropped by the release
-    third = requested(3)
-    publisher.publish([third])
-    assert [h["id"] for h, _ in drain(namespace)] == [first.event_id, third.event_id]
-
-
-def test_threads_publishing_at_once_never_share_a_producer_and_leave_the_pool_usable(
-        publisher: Publisher, namespace: str) -> None:
-    import threading
-
-    from agentfleet.events.publisher import KEPT_PRODUCERS
-
-    sent: list[str] = []
-    failures: list[BaseException] = []
-    guard = threading.Lock()
-
-    def send(thread: int) -> None:
-        try:
-            for i in range(15):
-                batch = [requested(thread * 1000 + i * 10 + k) for k in range(1 + i % 3)]
-                publisher.publish(batch)
-                with guard:
-                    sent.extend(e.event_id for e in batch)
-        except BaseException as exc:
-            failures.append(exc)
-
-    threads = [threading.Thread(target=send, args=(n,)) for n in range(12)]  # more than the pool's ten
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
-    assert not failures, failures
-    assert sorted(h["id"] for h, _ in drain(namespace)) == sorted(sent)  # each once
-    assert len(publisher._kept) <= KEPT_PRODUCERS
-    assert len(set(map(id, publisher._kept))) == len(publisher._kept)
-    with publisher.app.producer_pool.acquire(block=False) as spare:  # what is not kept went back to the pool
-        assert spare is not None
