@@ -135,11 +135,10 @@ class Fleet:
         with self.store.engine.connect() as conn:
             return int(conn.execute(text(sql), params).scalar_one())
 
-    def pids(self, role: str) -> list[int]:
-        return [p.pid for name, p in self.workers.procs if name.startswith(f"{role}.") and p.poll() is None]
-
-    def all_pids(self) -> list[int]:
-        return [p.pid for _, p in self.workers.procs if p.poll() is None]
+    def pids(self, role: str | None = None) -> list[int]:
+        """The live worker processes of ``role``, or of every role."""
+        return [p.pid for name, p in self.workers.procs
+                if (role is None or name.startswith(f"{role}.")) and p.poll() is None]
 
 
 @contextmanager
@@ -234,43 +233,45 @@ def cpu_ms_per_iteration(before: dict[str, float], after: dict[str, float], iter
     return {**per, "total": round(sum(per.values()), 2)}
 
 
+def _stat(pid: int | str) -> tuple[str, int]:
+    """A process's name (comm) and the user + system clock ticks it has used so far, from /proc (Linux)."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    head, _, rest = stat.rpartition(") ")  # comm is in parentheses and may itself hold ") "
+    fields = rest.split()
+    return head.partition(" (")[2], int(fields[11]) + int(fields[12])
+
+
 def cpu_seconds(pid: int) -> float:
     """User + system CPU the process has used so far, from /proc (Linux)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return _stat(pid)[1] / os.sysconf("SC_CLK_TCK")
 
 
 # The services' processes, by the name the kernel gives them (/proc/PID/stat's comm).
-SERVICES = {"rabbitmq": ("beam.smp", "erl_child_setup", "epmd", "inet_gethost", "erlang"),
+SERVICES = {"rabbitmq": ("beam.smp", "erl_child_setup", "epmd", "inet_gethost"),
             "postgres": ("postgres",), "redis": ("redis-server",)}
 CPU_GROUPS = ("workers", *SERVICES, "client", "rest")
 
 
 def _process_ticks() -> dict[int, tuple[str, int]]:
-    """Every live process: its comm and the user + system clock ticks it has used."""
+    """Every live process: its comm and the clock ticks it has used."""
     found = {}
     for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = Path(entry.path, "stat").read_text()
-        except OSError:
-            continue  # gone since the listing
-        comm, _, rest = stat.partition(" (")[2].rpartition(") ")
-        fields = rest.split()
-        found[int(entry.name)] = (comm, int(fields[11]) + int(fields[12]))
+        if entry.name.isdigit():
+            try:
+                found[int(entry.name)] = _stat(entry.name)
+            except OSError:
+                pass  # gone since the listing
     return found
 
 
 def _busy_ticks() -> int:
     """Clock ticks the whole machine has spent not idle (/proc/stat: every process, those since exited, the
     kernel)."""
-    first = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
-    ticks = [int(v) for v in first[:8]]  # user nice system idle iowait irq softirq steal
-    return sum(ticks) - ticks[3] - ticks[4]
+    ticks = [int(v) for v in Path("/proc/stat").read_text().split(maxsplit=9)[1:9]]  # user … steal
+    return sum(ticks) - ticks[3] - ticks[4]  # less idle and iowait
 
 
-@dataclass
+@dataclass(frozen=True)
 class MachineCpu:
     """The whole machine's CPU over a stretch, split by who used it: the workers under test (the fleet's or a
     floor's), RabbitMQ, Postgres, Redis, this process (the client publishing and polling), and the rest (other
@@ -278,28 +279,29 @@ class MachineCpu:
     where a gap to the floor lies (benchmarks/README.md, issue 23)."""
 
     workers: frozenset[int]
-    _start: tuple[dict[int, tuple[str, int]], int] | None = None
+    before: dict[int, tuple[str, int]]
+    busy_before: int
 
     @classmethod
     def of(cls, workers: Iterable[int]) -> MachineCpu:
-        return cls(frozenset(workers), (_process_ticks(), _busy_ticks()))
+        return cls(frozenset(workers), _process_ticks(), _busy_ticks())
 
     def ms_per(self, units: int) -> dict[str, float]:
         """CPU ms per unit (an iteration, a chain) since this was made, by group and in all."""
-        assert self._start is not None
-        (before, busy_before), after, busy = self._start, _process_ticks(), _busy_ticks()
+        after, busy = _process_ticks(), _busy_ticks()
         used = dict.fromkeys(CPU_GROUPS, 0)
         me = os.getpid()
         for pid, (comm, ticks) in after.items():
-            spent = ticks - before[pid][1] if pid in before and before[pid][0] == comm else ticks
+            earlier = self.before.get(pid)
+            spent = ticks - earlier[1] if earlier is not None and earlier[0] == comm else ticks  # a pid reused: new
             group = ("workers" if pid in self.workers else "client" if pid == me
                      else next((name for name, comms in SERVICES.items() if comm in comms), None))
             if group is not None:
                 used[group] += spent
-        used["rest"] = max(0, busy - busy_before - sum(used.values()))
+        used["rest"] = max(0, busy - self.busy_before - sum(used.values()))
         tick_ms = 1000 / os.sysconf("SC_CLK_TCK")
         per = {group: round(ticks * tick_ms / units, 2) for group, ticks in used.items()}
-        return {**per, "total": round((busy - busy_before) * tick_ms / units, 2)}
+        return {**per, "total": round((busy - self.busy_before) * tick_ms / units, 2)}
 
 
 def machine() -> dict[str, Any]:

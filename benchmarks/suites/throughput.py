@@ -52,7 +52,7 @@ def run(sizes: Sizes, report: Report) -> None:
     for n in sizes.throughput_workers:
         with fleet(dict.fromkeys(ROLES, n)) as f:
             f.run("bench_loop", {"iterations": 3})  # warm-up
-            cpu = MachineCpu.of(f.all_pids())
+            cpu = MachineCpu.of(f.pids())
             ours = iterations_per_s(f, sizes.throughput_runs, sizes.throughput_iterations)
             ours_cpu = cpu.ms_per(iterations)
         # Bare Celery with the same process count per queue and the planner's thread count each; then the same

@@ -32,13 +32,12 @@ def test_each_benchmark_suite_runs_on_a_tiny_size(suite: str) -> None:
     if suite == "throughput":
         assert figures["celery_commit_per_hop_3_hop_chains_per_s_1_per_queue"] > 0
         assert figures["agentfleet_over_celery_commit_throughput_1"] > 0
-        # the whole machine's CPU, split: the workers under test used some, and the split adds up to the total
+        # the whole machine's CPU, split, for both sides (what the split counts: tests/bench/test_machine_cpu.py)
         for name in ("agentfleet_machine_cpu_ms_per_iteration_1_per_role",
                      "celery_commit_machine_cpu_ms_per_chain_1_per_queue"):
             cpu = figures[name]
             assert set(cpu) == {"workers", "rabbitmq", "postgres", "redis", "client", "rest", "total"}
-            assert cpu["workers"] > 0
-            assert sum(v for k, v in cpu.items() if k != "total") >= cpu["total"] - 0.05 * len(cpu)
+            assert cpu["workers"] > 0, f"{name}: the workers under test were not found"
     if suite == "growth":
         assert figures["iterations"] == sizes.growth_iterations
     if suite == "recovery":
