@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import statistics
@@ -257,10 +258,8 @@ def _process_ticks() -> dict[int, tuple[str, int]]:
     found = {}
     for entry in os.scandir("/proc"):
         if entry.name.isdigit():
-            try:
+            with contextlib.suppress(OSError):  # gone since the listing
                 found[int(entry.name)] = _stat(entry.name)
-            except OSError:
-                pass  # gone since the listing
     return found
 
 
