@@ -38,7 +38,7 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
     (SQLAlchemy's own disconnect handling, and ``store.sql``'s), and the step is retried (``roles/retry.py``)."""
     parsed = make_url(url)
     if parsed.get_backend_name() != "sqlite":
-        engine = create_engine(url, pool_size=10, max_overflow=20, **kwargs)
+        engine = create_engine(url, **{"pool_size": 10, "max_overflow": 20, **kwargs})
         _engines.add(engine)
         return engine
     if parsed.database and parsed.database != ":memory:":

@@ -109,6 +109,40 @@ def test_a_handling_left_by_an_exception_holding_a_lock_does_not_hand_it_to_the_
         assert held, "the connection that held it was closed, and its session's lock with it"
 
 
+def test_a_handlings_connection_goes_back_to_the_pool_as_it_was_lent_out_of_autocommit(pg_url: str) -> None:
+    """The handling puts its connection in autocommit on the driver, behind SQLAlchemy's back (its isolation
+    option cost ~35 µs a handling): it must undo that itself, whichever way the handling ends, or the next borrower's
+    ``engine.begin()`` would commit each statement on its own."""
+    engine = make_engine(pg_url, pool_size=1, max_overflow=0)  # every borrower gets the one connection
+    store = Store(engine)
+    try:
+        def lent_out_as_sqlalchemy_lends_it() -> None:
+            with engine.connect() as conn:
+                driver = conn.connection.driver_connection
+                assert driver is not None and driver.autocommit is False
+            name = f"r-lent-{uuid.uuid4().hex[:8]}"
+            with pytest.raises(RuntimeError), engine.begin() as conn:
+                assert store.create_run(conn, run_id=name, agent="a", goal_id=name, trace_id="t", input={},
+                                        limits={})
+                raise RuntimeError("rolled back: the row must not stay")
+            assert store.get_run(name) is None
+
+        with store.handling(), store.reading() as conn:  # a read: one statement, no transaction around it
+            assert conn.connection.driver_connection.autocommit is True
+            execute(conn, BACKEND_PID)
+        lent_out_as_sqlalchemy_lends_it()
+        with store.handling(), pytest.raises(DBAPIError), store.tx() as conn:
+            execute(conn, Sql("SELECT 1 / 0"))
+        lent_out_as_sqlalchemy_lends_it()
+        with pytest.raises(RuntimeError), store.handling():
+            with store.tx() as conn:
+                execute(conn, BACKEND_PID)
+            raise RuntimeError("the handler failed after its commit")
+        lent_out_as_sqlalchemy_lends_it()
+    finally:
+        engine.dispose()
+
+
 def test_a_failed_transaction_leaves_the_handlings_connection_usable(store: Store) -> None:
     with store.tx() as conn:
         assert store.create_run(conn, run_id="r-fail", agent="a", goal_id="g-fail", trace_id="t", input={}, limits={})
