@@ -53,7 +53,9 @@ class ToolDispatch:
         if not names and not extra:
             return {}, []
         keys = [self.health.key(t) for t in names] + [self.breaker.key(t) for t in names] + list(extra)
-        raw = self.redis.fail_open(lambda r: r.mget(keys), [None] * len(keys))
+        # The cache's waiting writes go first, in the same round trip (``ResultCache.read_with_writes``).
+        raw = self.redis.fail_open(lambda r: self.cache.read_with_writes(r, lambda c: c.mget(keys)),
+                                   [None] * len(keys))
         n = len(names)
         opened = [self.redis.unseal(k, v) for k, v in zip(keys[:2 * n], raw, strict=False)]  # forged: missing
         facts = {t: (HealthEntry.loads(opened[i]), BreakerEntry.loads(opened[n + i])) for i, t in enumerate(names)}

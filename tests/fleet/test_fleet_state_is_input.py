@@ -131,3 +131,53 @@ def test_the_model_is_told_a_fixed_sentence_and_never_the_checks_own_words(
     assert result.error_code == ErrorCode.TOOL_UNAVAILABLE and injected not in (result.message or "")
     assert d.offer([lookup]).notice == "Tools unavailable now: lookup (its health check failed)."
     assert d.status([lookup])[0]["detail"] == injected  # operators still see what the check said
+
+
+def _landed(server: fakeredis.FakeServer, keys: list[str], timeout: float = 5.0) -> None:
+    raw, deadline = fakeredis.FakeRedis(server=server), time.monotonic() + timeout
+    while raw.exists(*keys) < len(keys):
+        assert time.monotonic() < deadline, f"{raw.exists(*keys)} of {len(keys)} cached results were written"
+        time.sleep(0.005)
+
+
+def test_a_garbage_hit_counter_costs_its_own_write_and_not_the_cache_writer(
+        server: fakeredis.FakeServer, tmp_path: Path) -> None:
+    """A tool that can reach Redis may leave anything under the hit counter; the INCR that fails on it must not end
+    the process's one cache writer (it did: every later result went unwritten, for the worker's lifetime)."""
+    d = dispatch(server)
+    assert not d.call(lookup, {"q": "a"}, ctx(tmp_path)).cache_hit
+    _landed(server, [d.cache.key("lookup", {"q": "a"})])
+    fakeredis.FakeRedis(server=server).set(d.cache.redis.key("cache-hits", "lookup"), "not a number")
+    assert d.call(lookup, {"q": "a"}, ctx(tmp_path)).cache_hit  # its INCR fails in the writer
+    assert not d.call(lookup, {"q": "b"}, ctx(tmp_path)).cache_hit
+    _landed(server, [d.cache.key("lookup", {"q": "b"})])
+
+
+def test_writes_that_come_together_go_to_redis_together(
+        server: fakeredis.FakeServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each write used to wake the writer thread and wait on Redis alone: two context switches, ~0.1 ms of CPU each
+    on this project's VMs (benchmarks/README.md). A burst goes in a few pipelined round trips instead."""
+    import redis
+
+    round_trips: list[str] = []
+    single, piped = redis.Redis.execute_command, redis.client.Pipeline.execute
+
+    def one(self: redis.Redis, *args: object, **kwargs: object) -> object:
+        if args[0] != "EXISTS":  # the test's own look
+            round_trips.append(str(args[0]))
+        return single(self, *args, **kwargs)
+
+    def many(self: redis.client.Pipeline, *args: object, **kwargs: object) -> object:
+        round_trips.append(f"pipeline of {len(self.command_stack)}")
+        return piped(self, *args, **kwargs)
+
+    d = dispatch(server)
+    d.cache.put(d.cache.key("lookup", {"q": "warm"}), {"answer": "W"}, 60)  # the writer thread is started
+    _landed(server, [d.cache.key("lookup", {"q": "warm"})])
+    monkeypatch.setattr(redis.Redis, "execute_command", one)
+    monkeypatch.setattr(redis.client.Pipeline, "execute", many)
+    keys = [d.cache.key("lookup", {"q": str(i)}) for i in range(40)]
+    for i, key in enumerate(keys):
+        d.cache.put(key, {"answer": str(i)}, 60)
+    _landed(server, keys)
+    assert len(round_trips) <= 4, round_trips
