@@ -66,3 +66,33 @@ def test_stopping_cancels_queued_tasks_and_lets_the_running_one_finish() -> None
     pool.stop()
     running.wait(10)
     assert finished == [True] and queued.f.cancelled()
+
+
+def _switches(native_id: int | None) -> int:
+    with open(f"/proc/self/task/{native_id}/status") as status:
+        return int(status.read().split("voluntary_ctxt_switches:")[1].split()[0])
+
+
+def test_a_task_wakes_the_one_thread_that_runs_it_not_every_idle_one() -> None:
+    """A thread woken for nothing costs a context switch, ~0.1 ms of CPU on this project's VMs (benchmarks/
+    README.md). On one ``SimpleQueue`` every idle thread was woken for each task: with four threads, each switched
+    ~0.9 times a task while running a quarter of them."""
+    pool = ResizableThreadPool(limit=4)
+    pool.start()
+    try:
+        ran: dict[int | None, int] = {}
+
+        def note() -> None:
+            me = threading.get_native_id()
+            ran[me] = ran.get(me, 0) + 1
+
+        pool.apply_async(note).wait(10)
+        threads = [t.native_id for t in pool._threads]
+        before = {t: _switches(t) for t in threads}
+        for _ in range(400):
+            pool.apply_async(note).wait(10)
+        woken = sum(_switches(t) - before[t] for t in threads)
+        # The thread that runs a task wakes once for it, and perhaps once more for the interpreter's lock.
+        assert woken <= 2.5 * 400, (woken, ran)
+    finally:
+        pool.stop()
