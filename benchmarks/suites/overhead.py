@@ -24,6 +24,8 @@ from benchmarks.common import (
     delete_redis_keys,
     fleet,
     role_cpu_s,
+    role_switches,
+    voluntary_switches,
 )
 from benchmarks.peers import run_peer
 
@@ -86,6 +88,7 @@ class Side:
 
     rounds: list[list[float]] = field(default_factory=list)
     cpu: list[dict[str, float]] = field(default_factory=list)
+    switches: list[float] = field(default_factory=list)  # its workers' voluntary context switches an iteration
 
     @property
     def samples(self) -> list[float]:
@@ -101,9 +104,11 @@ class Side:
 
 def loop_round(f: Fleet, iterations: int, side: Side) -> None:
     """One bench_loop run of ``iterations`` through the fleet: its iteration times and its workers' CPU."""
-    before = role_cpu_s(f)
+    before, switched = role_cpu_s(f), role_switches(f)
     run_id = f.run("bench_loop", {"iterations": iterations + 1})
     side.cpu.append(cpu_ms_per_iteration(before, role_cpu_s(f), iterations + 1))
+    after = role_switches(f)
+    side.switches.append(sum(after[r] - switched[r] for r in after) / (iterations + 1))
     side.rounds.append(iteration_times_ms(f.store, run_id))
 
 
@@ -129,7 +134,9 @@ def run(sizes: Sizes, report: Report) -> None:
             loop_round(f, per_round, ours)
             loop_round(h, per_round, hooked)
             bare.rounds.append(bare_floor.chain_ms(chains))
+            switched = sum(voluntary_switches(pid) for pid in commit_floor.pids)
             committed.rounds.append(commit_floor.chain_ms(chains))
+            committed.switches.append((sum(voluntary_switches(pid) for pid in commit_floor.pids) - switched) / chains)
         dbos = run_peer("dbos_steps.py", url, sizes.peer_iterations)
         langgraph = run_peer("langgraph_loop.py", url, sizes.peer_iterations)
 
@@ -144,6 +151,10 @@ def run(sizes: Sizes, report: Report) -> None:
     cpu, hooked_cpu = ours.cpu_per_iteration(), hooked.cpu_per_iteration()
     report.add(SUITE, "worker_cpu_ms_per_iteration", cpu,
                " + ".join(f"{role} {ms}" for role, ms in cpu.items() if role != "total") + f" = {cpu['total']} ms")
+    switches, floor_switches = statistics.median(ours.switches), statistics.median(committed.switches)
+    report.add(SUITE, "worker_context_switches_per_iteration",
+               {"agentfleet": round(switches, 1), "celery_commit_per_hop_3_hops": round(floor_switches, 1)},
+               f"{switches:.1f} (Celery + commit: {floor_switches:.1f} a chain), voluntary, the rounds' median")
     hooked_med = report.add_ms(SUITE, "agentfleet_iteration_hooks_on", hooked.samples)
     hook_ratios = round_ratios(hooked, ours)
     report.add(SUITE, "hooks_on_added", {"median_ms": round(hooked_med - ours_med, 2),

@@ -29,6 +29,8 @@ def test_each_benchmark_suite_runs_on_a_tiny_size(suite: str) -> None:
         assert len(figures["round_by_round_over_celery_commit_per_hop_3_hops"]) == figures["rounds"] > 1
         cpu = figures["worker_cpu_ms_per_iteration"]
         assert set(cpu) == {"planner", "executor", "observer", "total"} and cpu["total"] > 0
+        switches = figures["worker_context_switches_per_iteration"]  # what they count: test_machine_cpu.py
+        assert switches["agentfleet"] > 0 and switches["celery_commit_per_hop_3_hops"] > 0
     if suite == "throughput":
         assert figures["celery_commit_per_hop_3_hop_chains_per_s_1_per_queue"] > 0
         assert figures["agentfleet_over_celery_commit_throughput_1"] > 0

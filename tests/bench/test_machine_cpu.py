@@ -43,3 +43,45 @@ def test_a_workers_cpu_before_the_stretch_is_not_counted_and_its_cpu_in_it_is() 
     assert used["client"] >= 180, used
     assert used["total"] >= used["workers"] + used["client"] - 40, used  # the machine's busy time holds both
     assert set(used) == {"workers", "rabbitmq", "postgres", "redis", "client", "rest", "total"}
+
+
+WAITS = """
+import sys, threading, time
+def waits(n):
+    for _ in range(n):
+        time.sleep(0.001)
+for line in sys.stdin:
+    if line.startswith("thread"):
+        t = threading.Thread(target=waits, args=(200,))
+        t.start()
+        t.join()
+    elif line.startswith("sleep"):
+        waits(200)
+    else:
+        end = time.process_time() + 0.2
+        while time.process_time() < end:
+            pass
+    print("done", flush=True)
+"""
+
+
+def test_a_process_is_counted_each_time_one_of_its_threads_waits_and_not_while_it_computes() -> None:
+    from benchmarks.common import voluntary_switches
+
+    child = subprocess.Popen([sys.executable, "-c", WAITS], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert child.stdin is not None and child.stdout is not None
+
+    def counted(what: str) -> int:
+        assert child.stdin is not None and child.stdout is not None
+        before = voluntary_switches(child.pid)
+        child.stdin.write(what + "\n")
+        child.stdin.flush()
+        assert child.stdout.readline() == "done\n"
+        return voluntary_switches(child.pid) - before
+
+    try:
+        assert 200 <= counted("sleep") <= 260  # 200 sleeps, and the reads of the line and the print around them
+        assert counted("burn") <= 30  # 0.2 s of CPU, no wait but the line's read
+        assert counted("thread") <= 30  # a thread that ended took its 200 with it: a lower bound, as documented
+    finally:
+        child.kill()
