@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 PENDING_WRITES = 1000  # results waiting to be stored; beyond that a result is simply not cached
 WRITE_BATCH_S = 0.05  # how long the writer gathers writes after a first one: a cached result is seen this much later
+WRITES_WITH_A_READ = 16  # a call's read carries at most this many (a result may be large); the writer sends the rest
 
 
 class ResultCache:
@@ -80,7 +81,7 @@ class ResultCache:
     def read_with_writes(self, r: Redis, read: Callable[[Redis], T]) -> T:
         """``read``'s answer, in one round trip with the writes waiting, sent before it (this process then reads
         its own writes). A write Redis refuses costs itself only; a refused read raises, as alone."""
-        writes = self._take()
+        writes = self._take(WRITES_WITH_A_READ)
         if not writes:
             return read(r)
         pipe = r.pipeline(transaction=False)
@@ -104,9 +105,13 @@ class ResultCache:
         if first:
             self._due.set()
 
-    def _take(self) -> list[Callable[[Redis], object]]:
+    def _take(self, most: int = PENDING_WRITES) -> list[Callable[[Redis], object]]:
+        """Up to ``most`` of the writes waiting, oldest first; none that a parent process left (they are its to
+        send, and a prefork child's copy of its list would send them twice)."""
         with self._lock:
-            writes, self._pending = self._pending, []
+            if self._writer_pid != os.getpid():
+                return []
+            writes, self._pending = self._pending[:most], self._pending[most:]
         return writes
 
     def _start_writer(self) -> None:

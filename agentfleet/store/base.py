@@ -188,7 +188,12 @@ class StoreBase:
             yield
             return
         conn = self.engine.connect()
-        _autocommit(conn, True)
+        try:
+            _autocommit(conn, True)
+        except BaseException:  # a connection psycopg already knows is broken: not handed on, not given back
+            conn.invalidate()
+            conn.close()
+            raise
         bound = _Handling(self, conn, threading.get_ident())
         token = _handling.set(bound)
         try:

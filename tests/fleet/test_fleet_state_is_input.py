@@ -181,3 +181,31 @@ def test_writes_that_come_together_go_to_redis_together(
         d.cache.put(key, {"answer": str(i)}, 60)
     _landed(server, keys)
     assert len(round_trips) <= 4, round_trips
+
+
+def test_a_calls_read_carries_a_few_waiting_writes_and_leaves_the_rest_to_the_writer(
+        server: fakeredis.FakeServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A result may be as large as a tool's response limit: a read on a call's path must not carry a backlog of them
+    (after an outage, up to a thousand) into its round trip."""
+    import redis
+
+    from agentfleet.fleet import result_cache
+
+    sizes: list[int] = []
+    piped = redis.client.Pipeline.execute
+
+    def many(self: redis.client.Pipeline, *args: object, **kwargs: object) -> object:
+        sizes.append(len(self.command_stack))
+        return piped(self, *args, **kwargs)
+
+    d = dispatch(server)
+    d.cache.put(d.cache.key("lookup", {"q": "warm"}), {"answer": "W"}, 60)
+    _landed(server, [d.cache.key("lookup", {"q": "warm"})])
+    monkeypatch.setattr(result_cache, "WRITE_BATCH_S", 1.0)  # the writer waits: the read comes first
+    keys = [d.cache.key("lookup", {"q": str(i)}) for i in range(40)]
+    monkeypatch.setattr(redis.client.Pipeline, "execute", many)
+    for i, key in enumerate(keys):
+        d.cache.put(key, {"answer": str(i)}, 60)
+    assert d.availability(["lookup"])["lookup"].available
+    assert sizes == [result_cache.WRITES_WITH_A_READ + 1]  # the writes it carried, and its MGET
+    _landed(server, keys, timeout=10)  # the writer sent the rest
