@@ -29,6 +29,7 @@ from agentfleet.store.sql import (
     discard,
     execute,
     execute_script,
+    sqlalchemy_error,
     undefer,
     watch,
 )
@@ -190,7 +191,11 @@ class StoreBase:
         conn = self.engine.connect()
         try:
             _autocommit(conn, True)
-        except BaseException:  # a connection psycopg already knows is broken: not handed on, not given back
+        except conn.dialect.loaded_dbapi.Error as exc:  # closed under the pool: as every lost connection fails a step
+            error = sqlalchemy_error(conn, exc, "SET autocommit", None, lost=True)  # invalidated: retried elsewhere
+            conn.close()
+            raise error from exc
+        except BaseException:
             conn.invalidate()
             conn.close()
             raise

@@ -239,7 +239,7 @@ def execute(conn: Connection, stmt: Sql, values: Mapping[str, Any] | None = None
             raw = cursor.fetchall() if cursor.description else []
             rowcount = cursor.rowcount
         except conn.dialect.loaded_dbapi.Error as exc:
-            raise _wrapped(conn, exc, text, cursor) from exc
+            raise sqlalchemy_error(conn, exc, text, cursor) from exc
         finally:
             cursor.close()
         return Rows([stmt.load(r, dialect) for r in raw], rowcount)
@@ -261,7 +261,7 @@ def execute_script(conn: Connection, text: str) -> None:
         try:
             cursor.execute(text)
         except conn.dialect.loaded_dbapi.Error as exc:
-            raise _wrapped(conn, exc, text, cursor) from exc
+            raise sqlalchemy_error(conn, exc, text, cursor) from exc
         finally:
             cursor.close()
         return
@@ -359,7 +359,7 @@ class _Session:
     __slots__ = ("encoding", "prepared", "transformer")
 
     def __init__(self, dbapi: Any) -> None:
-        _psycopg_prepares_nothing(dbapi, None)  # a connection made before ``watch`` (the rest: ``_wrapped``)
+        _psycopg_prepares_nothing(dbapi, None)  # a connection made before ``watch`` (the rest: ``sqlalchemy_error``)
         self.prepared: set[bytes] = set()
         self.transformer = Transformer(dbapi)
         self.encoding: str = dbapi.info.encoding
@@ -378,7 +378,7 @@ def _round_trip(conn: Connection, dbapi: Any, statements: list[_Queued], rows: b
                 ) -> tuple[list[tuple[Any, ...]], int]:
     """Every statement in one round trip, in libpq's pipeline mode; the last one's rows (when ``rows``) and row
     count, and the rows of those whose answer is wanted (``Later``). The first error is raised, as SQLAlchemy's
-    (``_wrapped``); the statements behind it were not run (the transaction they were in is aborted), and a
+    (``sqlalchemy_error``); the statements behind it were not run (the transaction they were in is aborted), and a
     ``Later`` among them is dropped; one before it has its answer (a session's advisory lock taken there is held
     through the rollback, and its holder must know to let go of it).
 
@@ -410,7 +410,7 @@ def _round_trip(conn: Connection, dbapi: Any, statements: list[_Queued], rows: b
     except conn.dialect.loaded_dbapi.Error as exc:
         _dropped(statements)
         lost = pg.pipeline_status != pq.PipelineStatus.OFF
-        raise _wrapped(conn, exc, statements[min(failed_at, len(statements) - 1)][0], None, lost=lost) from exc
+        raise sqlalchemy_error(conn, exc, statements[min(failed_at, len(statements) - 1)][0], None, lost=lost) from exc
     except BaseException:
         _dropped(statements)
         if pg.pipeline_status != pq.PipelineStatus.OFF and not conn.invalidated:
@@ -541,7 +541,7 @@ def _checked_in(dbapi: Any, record: Any) -> None:
                   extra={"statements": [text[:80] for text in left]})
 
 
-def _wrapped(conn: Connection, exc: Exception, text: str, cursor: Any, *, lost: bool = False) -> BaseException:
+def sqlalchemy_error(conn: Connection, exc: Exception, text: str, cursor: Any, *, lost: bool = False) -> BaseException:
     """The driver's error as SQLAlchemy raises it: a disconnect invalidates the connection (it is not handed back
     to the pool), and says so, which is what retries decide on (``roles/retry.py``). So does a connection ``lost``
     mid-round-trip, and one whose prepared statement the server lacks (a ``DEALLOCATE ALL`` passed it): every later

@@ -143,6 +143,27 @@ def test_a_handlings_connection_goes_back_to_the_pool_as_it_was_lent_out_of_auto
         engine.dispose()
 
 
+def test_a_pooled_connection_found_closed_at_a_handlings_start_fails_it_retryably_and_is_not_kept_out(
+        pg_url: str) -> None:
+    """Closed under the pool (the database dropped it and psycopg noticed): setting autocommit on it fails. The
+    handling fails with a transient error (the step is retried), and the connection goes back invalidated: a pool of
+    one must lend a fresh one next, not wait for one that never comes back."""
+    engine = make_engine(pg_url, pool_size=1, max_overflow=0, pool_timeout=2)
+    store = Store(engine)
+    try:
+        with engine.connect() as conn:
+            driver = conn.connection.driver_connection
+            assert driver is not None
+        driver.close()  # behind SQLAlchemy's back, as a dropped connection psycopg has seen
+        with pytest.raises(Exception) as failed, store.handling():
+            pass
+        assert is_transient(failed.value), repr(failed.value)
+        with store.handling(), store.reading() as conn:
+            assert execute(conn, BACKEND_PID).scalar()
+    finally:
+        engine.dispose()
+
+
 def test_a_failed_transaction_leaves_the_handlings_connection_usable(store: Store) -> None:
     with store.tx() as conn:
         assert store.create_run(conn, run_id="r-fail", agent="a", goal_id="g-fail", trace_id="t", input={}, limits={})
