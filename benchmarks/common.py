@@ -260,9 +260,14 @@ def voluntary_switches(pid: int) -> int:
     return total
 
 
+def switches_of(pids: Iterable[int]) -> int:
+    """``voluntary_switches`` of these processes together."""
+    return sum(voluntary_switches(pid) for pid in pids)
+
+
 def role_switches(f: Fleet) -> dict[str, int]:
     """``voluntary_switches`` of each role's worker processes together."""
-    return {role: sum(voluntary_switches(pid) for pid in f.pids(role)) for role in C.ROLES}
+    return {role: switches_of(f.pids(role)) for role in C.ROLES}
 
 
 # The services' processes, by the name the kernel gives them (/proc/PID/stat's comm).

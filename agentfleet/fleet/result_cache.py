@@ -84,12 +84,7 @@ class ResultCache:
         writes = self._take(WRITES_WITH_A_READ)
         if not writes:
             return read(r)
-        pipe = r.pipeline(transaction=False)
-        for write in writes:
-            write(pipe)
-        read(pipe)
-        *written, answer = pipe.execute(raise_on_error=False)
-        _note_refused(written)
+        answer = _pipelined(r, writes, read)
         if isinstance(answer, Exception):
             raise answer
         return cast(T, answer)
@@ -135,19 +130,23 @@ class ResultCache:
             if not writes:
                 continue  # a read took them
             try:
-                self.redis.fail_open(functools.partial(_send, batch=writes), None)
+                self.redis.fail_open(functools.partial(_pipelined, writes=writes), None)
             except Exception as exc:  # not Redis being away (fail_open's): a bug, or a pipeline refused whole
                 log.warning("result cache writes dropped: %s", exc)
 
 
-def _send(r: Redis, *, batch: list[Callable[[Redis], object]]) -> None:
+def _pipelined(r: Redis, writes: list[Callable[[Redis], object]], read: Callable[[Redis], object] | None = None
+               ) -> object:
+    """The writes, then ``read`` if any, in one round trip; ``read``'s answer (its error, if refused). A refused write
+    is logged and costs itself only."""
     pipe = r.pipeline(transaction=False)
-    for write in batch:
+    for write in writes:
         write(pipe)
-    _note_refused(pipe.execute(raise_on_error=False))
-
-
-def _note_refused(replies: list[Any]) -> None:
-    refused = [reply for reply in replies if isinstance(reply, Exception)]
+    if read is not None:
+        read(pipe)
+    replies = pipe.execute(raise_on_error=False)
+    written = replies[:len(writes)]
+    refused = [reply for reply in written if isinstance(reply, Exception)]
     if refused:
         log.info("result cache writes refused by Redis", extra={"refused": len(refused), "first": str(refused[0])})
+    return replies[-1] if read is not None else None

@@ -25,7 +25,7 @@ from benchmarks.common import (
     fleet,
     role_cpu_s,
     role_switches,
-    voluntary_switches,
+    switches_of,
 )
 from benchmarks.peers import run_peer
 
@@ -134,9 +134,9 @@ def run(sizes: Sizes, report: Report) -> None:
             loop_round(f, per_round, ours)
             loop_round(h, per_round, hooked)
             bare.rounds.append(bare_floor.chain_ms(chains))
-            switched = sum(voluntary_switches(pid) for pid in commit_floor.pids)
+            switched = switches_of(commit_floor.pids)
             committed.rounds.append(commit_floor.chain_ms(chains))
-            committed.switches.append((sum(voluntary_switches(pid) for pid in commit_floor.pids) - switched) / chains)
+            committed.switches.append((switches_of(commit_floor.pids) - switched) / chains)
         dbos = run_peer("dbos_steps.py", url, sizes.peer_iterations)
         langgraph = run_peer("langgraph_loop.py", url, sizes.peer_iterations)
 
