@@ -29,6 +29,7 @@ from agentfleet.store.sql import (
     discard,
     execute,
     execute_script,
+    flush,
     sqlalchemy_error,
     undefer,
     watch,
@@ -143,6 +144,27 @@ class StepHold:
         if self._taken is not None or conn is not self.bound.conn or not undefer(conn, self.later):
             return None
         self.later = defer(conn, stmt, values, keep=True)
+        return self.later
+
+    def ask_alone(self, stmt: Sql, values: Mapping[str, Any]) -> Later | None:
+        """``ask_with``, outside any transaction: ``stmt`` is sent now, alone, in a transaction of its own (the
+        handling's connection is in autocommit), and answered. Anything else deferred on the connection goes first,
+        in a round trip of its own: nothing rides in a transaction ``stmt`` may relax. None when the lone try has
+        gone already, or a transaction is open.
+
+        A statement that fails may have taken the lock before it failed (cancelled while its write waits on a row,
+        say), and a session's advisory lock outlives the statement: it then counts as taken, and ``step_lock`` lets
+        go of it at the end (an unlock of a lock not held changes nothing)."""
+        if self._taken is not None or self.bound.in_tx or not undefer(self.bound.conn, self.later):
+            return None
+        flush(self.bound.conn)
+        self.later = defer(self.bound.conn, stmt, values, keep=True)
+        try:
+            self.later.rows()
+        except BaseException:
+            self._taken = True
+            self.bound.locks.add(self.key)
+            raise
         return self.later
 
 

@@ -22,9 +22,12 @@ BEGIN_STEP = Sql(
     "RETURNING status, attempts, output, input",
     json=frozenset({"input"}), times=frozenset({"at"}), result=(None, None, "json", "json"))
 # The same, made only if this session takes the step's lock (``pg_try_advisory_lock``, in the same statement):
-# the lock's answer first, then the intent's row (none: held elsewhere and nothing written, or finished).
+# the lock's answer first, then the intent's row (none: held elsewhere and nothing written, or finished). Sent alone,
+# it is its own transaction, and ``relaxed`` is its ``SET LOCAL synchronous_commit TO OFF`` (``set_config`` with
+# ``is_local``: until the transaction ends, which is when Postgres reads it); not relaxed, the setting stays as it is.
 HELD_BEGIN_STEP = Sql(
-    "WITH lock AS MATERIALIZED (SELECT pg_try_advisory_lock(:k) AS held), intent AS ("
+    "WITH lock AS MATERIALIZED (SELECT pg_try_advisory_lock(:k) AS held, set_config('synchronous_commit', "
+    "CASE WHEN :relaxed THEN 'off' ELSE current_setting('synchronous_commit') END, true) AS commits), intent AS ("
     "INSERT INTO steps (idempotency_key, run_id, iteration, kind, call_id, name, status, attempts, input, worker, "
     "started_at) SELECT :key, :run_id, :iteration, :kind, :call_id, :name, 'started', 1, :input, :worker, :at "
     "FROM lock WHERE lock.held "
@@ -75,10 +78,10 @@ class Steps(StoreBase):
         instead of two). None, with nothing written, when the step is held elsewhere.
         """
         if isinstance(hold, StepHold) and hold.pending and conn is None:
-            with self.tx(durable=durable) as own:
-                later = hold.ask_with(own, HELD_BEGIN_STEP, dict(
-                    k=lock_id(key), key=key, run_id=run_id, iteration=iteration, kind=kind, call_id=call_id,
-                    name=name, input=input, worker=worker, at=now()))
+            # Alone, not in BEGIN … COMMIT: one statement is its own transaction (three statements fewer).
+            later = hold.ask_alone(HELD_BEGIN_STEP, dict(
+                k=lock_id(key), relaxed=not durable, key=key, run_id=run_id, iteration=iteration, kind=kind,
+                call_id=call_id, name=name, input=input, worker=worker, at=now()))
             if later is not None:
                 if not hold:
                     return None

@@ -525,15 +525,15 @@ def test_a_database_gone_with_a_step_lock_in_flight_fails_the_step_retryably_and
 
 def test_a_tool_steps_lock_goes_in_its_intents_statement_and_one_held_elsewhere_counts_no_attempt(
         pg_store: Store, round_trips: list[str]) -> None:
-    """The executor's handling: the step lock, not asked before, is asked with the intent in one statement (one
-    round trip: the lock, BEGIN, the intent and the COMMIT); held elsewhere, nothing is written and no attempt
-    counted; the lock goes with the step's last commit."""
+    """The executor's handling: the step lock, not asked before, is asked with the intent in one statement, sent
+    alone (its own transaction: no BEGIN, no COMMIT); held elsewhere, nothing is written and no attempt counted; the
+    lock goes with the step's last commit."""
     store, key = pg_store, f"k-tool-{uuid.uuid4().hex}"
     intent = dict(key=key, run_id="r-tool", iteration=0, kind="tool", call_id="c", name="t", input={"a": 1},
                   durable=False)
     with store.handling(), store.step_lock(key) as held:
         record = store.begin_step(**intent, hold=held)
-        assert len(round_trips) == 1, round_trips
+        assert round_trips == ["(alone)"], round_trips
         assert record is not None and (record.status, record.attempts, record.fresh) == ("started", 1, True)
         assert held and len(round_trips) == 1
         with store.step_lock(key, own_connection=True) as elsewhere:
@@ -557,6 +557,85 @@ def test_a_tool_steps_lock_goes_in_its_intents_statement_and_one_held_elsewhere_
         assert done is not None and (done.status, done.attempts, done.output) == ("succeeded", 1, {"ok": True})
     with store.step_lock(key, own_connection=True) as free:
         assert free, "let go at the end"
+
+
+def test_an_intent_stopped_after_its_lock_was_taken_lets_go_of_the_lock(pg_store: Store) -> None:
+    """The intent's statement takes the step's lock first, then writes; stopped in between (here: cancelled while it
+    waits on the step's row, which another session holds), it fails, and whether it holds the lock is unknown to the
+    handling. A session's advisory lock outlives the statement: the handling lets go of it, and the step is free
+    for the next delivery, not held by a pooled connection for ever."""
+    store, key = pg_store, f"k-stopped-{uuid.uuid4().hex}"
+    intent = dict(key=key, run_id="r-stopped", iteration=0, kind="tool", call_id="c", name="t", input={},
+                  durable=False)
+    with store.handling(), store.step_lock(key) as held:
+        assert store.begin_step(**intent, hold=held) is not None  # started, never finished: the next one waits on it
+    with store.engine.connect() as holder, ThreadPoolExecutor(1) as pool:
+        holder.execute(text("SELECT 1 FROM steps WHERE idempotency_key = :k FOR UPDATE"), {"k": key})
+
+        def delivery() -> BaseException | None:
+            try:
+                with store.handling(), store.step_lock(key) as again:
+                    store.begin_step(**intent, hold=again)
+            except DBAPIError as exc:
+                return exc
+            return None
+
+        stopped = pool.submit(delivery)
+        try:
+            waiting = None
+            with store.engine.connect() as watcher:
+                for _ in range(500):
+                    waiting = watcher.execute(text(
+                        "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE "
+                        "'%pg_try_advisory_lock%'")).scalar()
+                    if waiting is not None:
+                        break
+                    watcher.rollback()
+                    threading.Event().wait(0.01)
+                assert waiting is not None, "the intent never waited on the held row"
+                watcher.execute(text("SELECT pg_cancel_backend(:pid)"), {"pid": waiting})
+            assert "canceling statement" in str(stopped.result(timeout=30))
+        finally:
+            holder.rollback()
+    with store.step_lock(key, own_connection=True) as free:
+        assert free, "the lock the stopped intent took went back to the pool with its connection"
+
+
+FLUSH_STATS = Sql("SELECT pg_stat_force_next_flush()")
+
+
+def _wal_syncs(store: Store) -> int:
+    """The server's WAL flushes so far (every process's: the counts of this session's, and of the WAL writer's)."""
+    with store.engine.connect() as conn:
+        conn.execute(text("SELECT pg_stat_force_next_flush()"))  # this session's counts, not up to a second late
+        conn.commit()
+        return int(conn.execute(text("SELECT wal_sync FROM pg_stat_wal")).scalar_one())
+
+
+@pytest.mark.parametrize("durable", [True, False])
+def test_a_tool_steps_intent_sent_alone_waits_for_the_disk_only_when_durable(pg_store: Store, durable: bool,
+                                                                             round_trips: list[str]) -> None:
+    """An intent with its lock goes as one statement in a transaction of its own. A repeatable call's (``durable``
+    False) does not wait for the disk, as one in a relaxed transaction would not; any other call's does, and each
+    flushes the WAL before its answer. Counted on the server: twenty intents, a flush each or next to none (the WAL
+    writer's own, every 200 ms)."""
+    store, n, keys = pg_store, 20, [f"k-sync-{uuid.uuid4().hex}" for _ in range(20)]
+    before = _wal_syncs(store)
+    for key in keys:
+        with store.handling(), store.step_lock(key) as held:
+            record = store.begin_step(key=key, run_id="r-sync", iteration=0, kind="tool", call_id="c", name="t",
+                                      input={}, durable=durable, hold=held)
+            assert record is not None and record.fresh and held
+            with store.reading() as conn:  # the session's counts to the server's before the next statement's answer
+                execute(conn, FLUSH_STATS)
+    syncs = _wal_syncs(store) - before
+    assert set(round_trips) == {"(alone)"}, round_trips
+    if durable:
+        assert syncs >= n, f"{syncs} WAL flushes for {n} durable intents"
+    else:
+        assert syncs <= n // 4, f"{syncs} WAL flushes for {n} intents that need not wait for the disk"
+    with store.reading() as conn:
+        assert execute(conn, SYNC_COMMIT).scalar() == "on", "the session's own setting is as it was"
 
 
 def test_a_result_is_recorded_with_the_runs_locked_read_and_only_while_the_run_fans_in(
