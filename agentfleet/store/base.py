@@ -70,6 +70,11 @@ UNLOCK = Sql("SELECT pg_advisory_unlock(:k)")
 # A transaction whose loss in a database crash costs nothing but a repeat: its WAL is flushed by the next
 # durable commit (WAL is one sequence), and until then its message is not acked, so it is redelivered.
 NOT_DURABLE = "SET LOCAL synchronous_commit TO OFF"
+# The same, as an expression of a statement sent alone (a transaction of its own, where SET LOCAL is no statement to
+# send with it): ``set_config`` with ``is_local`` holds until the transaction ends, which is when Postgres reads it.
+# ``:relaxed`` false leaves the setting as it is.
+RELAXED_IF = ("set_config('synchronous_commit', "
+              "CASE WHEN :relaxed THEN 'off' ELSE current_setting('synchronous_commit') END, true)")
 
 
 @dataclass

@@ -8,7 +8,7 @@ from typing import Any, Literal, overload
 from sqlalchemy import Connection, select, update
 
 from agentfleet.store import tables as T
-from agentfleet.store.base import StepHold, StoreBase, lock_id
+from agentfleet.store.base import RELAXED_IF, StepHold, StoreBase, lock_id
 from agentfleet.store.records import StepRecord, as_utc, now
 from agentfleet.store.sql import Sql, defer, execute
 
@@ -23,11 +23,9 @@ BEGIN_STEP = Sql(
     json=frozenset({"input"}), times=frozenset({"at"}), result=(None, None, "json", "json"))
 # The same, made only if this session takes the step's lock (``pg_try_advisory_lock``, in the same statement):
 # the lock's answer first, then the intent's row (none: held elsewhere and nothing written, or finished). Sent alone,
-# it is its own transaction, and ``relaxed`` is its ``SET LOCAL synchronous_commit TO OFF`` (``set_config`` with
-# ``is_local``: until the transaction ends, which is when Postgres reads it); not relaxed, the setting stays as it is.
+# a transaction of its own, whose commit ``relaxed`` relaxes (``RELAXED_IF``).
 HELD_BEGIN_STEP = Sql(
-    "WITH lock AS MATERIALIZED (SELECT pg_try_advisory_lock(:k) AS held, set_config('synchronous_commit', "
-    "CASE WHEN :relaxed THEN 'off' ELSE current_setting('synchronous_commit') END, true) AS commits), intent AS ("
+    f"WITH lock AS MATERIALIZED (SELECT pg_try_advisory_lock(:k) AS held, {RELAXED_IF} AS commits), intent AS ("
     "INSERT INTO steps (idempotency_key, run_id, iteration, kind, call_id, name, status, attempts, input, worker, "
     "started_at) SELECT :key, :run_id, :iteration, :kind, :call_id, :name, 'started', 1, :input, :worker, :at "
     "FROM lock WHERE lock.held "
