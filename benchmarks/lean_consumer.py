@@ -11,6 +11,10 @@ no events. Two ways:
   done (a pipe wakes the consuming thread; py-amqp is not for two threads). What a real lean consumer with a pool
   would at least cost.
 
+Either acks a message once its handling returned or raised, as the fleet's Celery workers do (late acks, acked on
+failure): a handling answers its own errors with a Result or a dead letter. The planner also takes goals off the
+inbox (the worker's own ``Inbox``), not the unroutable queue: the bench sends nothing there.
+
 Timed in turns with the fleet's own workers and with Celery + one commit a hop (``bench overhead``'s floor), the
 same bench_loop agent, the same broker and database: ``python -m benchmarks.lean_consumer ROUNDS ITERATIONS``.
 What it says is in benchmarks/README.md (issue 23, "A leaner consumer, measured before choosing").
@@ -39,18 +43,12 @@ from agentfleet import constants as C
 from agentfleet.config.settings import Settings
 from agentfleet.events.topology import Topology
 from agentfleet.roles.runtime import runtime_for
+from agentfleet.store.db import scratch_database
 from agentfleet.workers.app import create_app
 from agentfleet.workers.event_task import EventTask, run_event
 from agentfleet.workers.inbox import Inbox
 from benchmarks.celery_floor import floor_workers
-from benchmarks.common import (
-    BROKER,
-    ONE_EACH,
-    ROOT,
-    Fleet,
-    fleet,
-    wait_until,
-)
+from benchmarks.common import BROKER, ONE_EACH, PG_ADMIN, ROOT, Fleet, fleet, wait_until
 from benchmarks.suites.overhead import Side, loop_round, round_ratios
 
 MODES = ("inline", "handoff")
@@ -83,6 +81,8 @@ def _handle(app: Any, hostname: str, message: Message) -> None:
 
 def serve(role: str, mode: str) -> None:
     """Consume the role's queue until SIGTERM."""
+    if mode not in MODES:
+        raise SystemExit(f"mode must be one of {MODES}, not {mode!r}")
     settings = Settings()
     app = create_app(settings)
     rt = runtime_for(app)
@@ -96,8 +96,10 @@ def serve(role: str, mode: str) -> None:
 
     def on_message(_body: Any, message: Message) -> None:
         if mode == "inline":
-            _handle(app, hostname, message)
-            message.ack()
+            try:
+                _handle(app, hostname, message)
+            finally:
+                message.ack()
         else:
             todo.put(message)
 
@@ -153,19 +155,10 @@ def lean_fleet(mode: str) -> Iterator[Fleet]:
         env = {**os.environ, **f.env}
         procs = []
         for role in ONE_EACH:
-            log = (f.workers.logdir / f"{role}-lean.log").open("wb")
-            procs.append(
-                (
-                    f"{role}.lean",
-                    subprocess.Popen(
-                        [sys.executable, "-m", "benchmarks.lean_consumer", "serve", role, mode],
-                        env=env,
-                        cwd=ROOT,
-                        stdout=log,
-                        stderr=subprocess.STDOUT,
-                    ),
-                )
-            )
+            with (f.workers.logdir / f"{role}-lean.log").open("wb") as log:  # the child keeps its own copy
+                proc = subprocess.Popen([sys.executable, "-m", "benchmarks.lean_consumer", "serve", role, mode],
+                                        env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+            procs.append((f"{role}.lean", proc))
         f.workers.procs.extend(procs)  # so that ``pids(role)`` and ``stop`` see them
         wait_until(
             lambda: all("consuming" in (f.workers.logdir / f"{r}-lean.log").read_text() for r in ONE_EACH),
@@ -177,13 +170,12 @@ def lean_fleet(mode: str) -> Iterator[Fleet]:
 
 def main(rounds: int, iterations: int) -> dict[str, Any]:
     sides = {"celery worker": Side(), "lean inline": Side(), "lean handoff": Side(), "celery + commit": Side()}
-    chains = iterations
     with (
-        fleet({}) as db,
+        scratch_database(PG_ADMIN, prefix="agentfleet_bench") as url,
         fleet(ONE_EACH) as ours,
         lean_fleet("inline") as inline,
         lean_fleet("handoff") as handoff,
-        floor_workers(commit_url=db.env["AGENTFLEET_DATABASE_URL"]) as floor,
+        floor_workers(commit_url=url) as floor,
     ):
         fleets = {"celery worker": ours, "lean inline": inline, "lean handoff": handoff}
         for f in fleets.values():
@@ -191,7 +183,7 @@ def main(rounds: int, iterations: int) -> dict[str, Any]:
         for _ in range(rounds):
             for name, f in fleets.items():
                 loop_round(f, iterations, sides[name])
-            sides["celery + commit"].rounds.append(floor.chain_ms(chains))
+            sides["celery + commit"].rounds.append(floor.chain_ms(iterations))
     out: dict[str, Any] = {}
     for name, side in sides.items():
         med = statistics.median(side.samples)
