@@ -14,6 +14,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agentfleet.errors import MalformedEvent
+from agentfleet.loop.states import RunState
 from agentfleet.loop.transcript import ToolCall, ToolResult
 
 SCHEMA_VERSION = 1
@@ -122,6 +123,34 @@ class GoalSubmitted(_Payload):
     carried: list[dict[str, Any]] = Field(default_factory=list)
 
 
+class RunLeft(_Payload):
+    """The run as the commit that sent a call out left it (its planner's), carried to the observer that fans the
+    call's result in, which then holds the run as this instead of reading it (``RunsLeft.finished``; one round trip
+    fewer an iteration, issue 23). Only ever a guess: the observer's transaction checks the row's version, state,
+    iteration and everything written to it without a move (``store/runs.py`` ``UNVERSIONED``, all of which is here)
+    with its COMMIT, and reads the run when it is not so. The rest of the row is the same at one version wherever it
+    is known: the observer knows it from a commit of its own process at ``version``, or at ``from_version`` when the
+    planner vouches that its moves since changed nothing but what is here."""
+
+    version: int
+    state: RunState
+    iteration: int
+    updated_at: datetime
+    from_version: int | None = None  # the observer's move the planner's handling moved on from, when it did
+    steps_used: int
+    input_tokens: int
+    output_tokens: int
+    cost_usd: float
+    cached_input_tokens: int
+    unpriced: bool
+    reserved_tokens: int
+    reserved_cost_usd: float
+    reserved_steps: int
+    thread_seq: int | None
+    redrives: int
+    redriven_at: datetime | None
+
+
 class ToolRequested(_Payload):
     agent: str
     iteration: int
@@ -132,6 +161,7 @@ class ToolRequested(_Payload):
     deadline_at: float | None = None  # the run's deadline (epoch seconds): the call stops there, like a cancel
     queue: str | None = None  # the tool's dedicated queue (``@tool(queue=...)``), which the call is published to
     progress: bool = False  # the run announces its steps: so does the executor, for this call
+    run_left: RunLeft | None = None  # the run as the commit that sent the call left it: for the observer
 
 
 class ToolFinished(_Payload):
@@ -145,6 +175,7 @@ class ToolFinished(_Payload):
     result: ToolResult
     attempt: int = 1
     worker: str | None = None
+    run_left: RunLeft | None = None  # the request's, passed on as it came
 
 
 class Observation(_Payload):

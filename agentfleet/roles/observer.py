@@ -34,6 +34,7 @@ from agentfleet.loop.states import RunState, is_terminal
 from agentfleet.loop.transcript import ToolResult
 from agentfleet.roles import approvals, delegation, threads
 from agentfleet.roles.step import Step, end_run, result_of
+from agentfleet.store.base import RunMovedOn
 from agentfleet.store.records import RunRecord
 from agentfleet.store.sql import Later
 
@@ -44,6 +45,12 @@ def on_tool_finished(step: Step) -> list[Envelope]:
     done = step.body()
     assert isinstance(done, ToolFinished)
     store = step.rt.store
+    known = _known(step, done)
+    if known is not None:
+        try:
+            return _fan_in_known(step, done, known)
+        except RunMovedOn:
+            log.info("run not as the call's result says: read", extra={"run_id": known.run_id})
 
     ahead: Later | None = None  # this transaction's: a transaction run again asks again
 
@@ -74,14 +81,7 @@ def on_tool_finished(step: Step) -> list[Envelope]:
                             result=ToolResult.model_validate(received[cid]["result"]))
                 for cid in done.sibling_call_ids
             ]
-        if not store.transition(conn, run, RunState.OBSERVING):
-            return step.commit(conn, [])
-        event = step.event(
-            EventType.OBSERVATION_RECORDED,
-            ObservationRecorded(agent=run.agent, iteration=done.iteration, observations=observations),
-            key=(done.iteration, "observation"),
-        )
-        return step.commit(conn, [event])
+        return _observed(step, conn, run, done, observations)
 
     return step.locked_run(
         lambda run: run.state in _FANNING_IN and run.iteration == done.iteration, fan_in, first=observe,
@@ -90,6 +90,50 @@ def on_tool_finished(step: Step) -> list[Envelope]:
 
 
 _FANNING_IN = (RunState.EXECUTING, RunState.WAITING_APPROVAL, RunState.WAITING_CHILDREN)
+
+
+def _known(step: Step, done: ToolFinished) -> RunRecord | None:
+    """The run as the commit that sent the call out left it, when the call is its iteration's one and this process
+    knows the rest of the row (``RunsLeft.finished``): its result then fans the iteration in, and the run moves on,
+    in one round trip (the transaction's COMMIT) instead of two."""
+    if done.run_left is None or done.sibling_call_ids != [done.call_id]:
+        return None
+    known = step.rt.runs_left.finished(step.env.run_id, done.run_left)
+    if known is None or known.state != RunState.EXECUTING or known.iteration != done.iteration:
+        return None
+    return known
+
+
+def _fan_in_known(step: Step, done: ToolFinished, known: RunRecord) -> list[Envelope]:
+    """``on_tool_finished`` for the one call of an iteration whose run is as ``known``: the run held as that, the
+    result recorded as the call's first, the run moved on, all checked with the COMMIT, which fails the transaction
+    whole when any of it is not so (``RunMovedOn``: the caller then reads as usual)."""
+    store = step.rt.store
+    with store.tx() as conn:
+        run = store.hold_run(conn, known)  # on SQLite the run read (and not as known: read as usual, below)
+        if run is None or run.state != RunState.EXECUTING or run.iteration != done.iteration:
+            raise RunMovedOn(f"run {known.run_id} is not as the call's result says")
+        store.record_first_observation(conn, run_id=run.run_id, iteration=done.iteration, call_id=done.call_id,
+                                       tool=done.tool, result=done.result.model_dump(mode="json"))
+        return _observed(step, conn, run, done,
+                         [Observation(call_id=done.call_id, tool=done.tool, result=done.result)])
+
+
+def _observed(step: Step, conn: Connection, run: RunRecord, done: ToolFinished,
+              observations: list[Observation]) -> list[Envelope]:
+    """The iteration fanned in: the run moved to OBSERVING with its observations out to the planner, in ``conn``'s
+    transaction; the run as moved is this process's to know once it commits (``RunsLeft``)."""
+    store = step.rt.store
+    moved = store.transition(conn, run, RunState.OBSERVING)
+    if not moved:
+        return step.commit(conn, [])
+    store.after_commit(conn, lambda: step.rt.runs_left.keep(moved))
+    event = step.event(
+        EventType.OBSERVATION_RECORDED,
+        ObservationRecorded(agent=run.agent, iteration=done.iteration, observations=observations),
+        key=(done.iteration, "observation"),
+    )
+    return step.commit(conn, [event])
 
 
 def on_cancel_requested(step: Step) -> list[Envelope]:

@@ -62,6 +62,7 @@ from agentfleet.roles import delegation, step_notices
 from agentfleet.roles.admission import check_conflict
 from agentfleet.roles.prompt import prompt_for, recorded_summary
 from agentfleet.roles.retry import CommitPending, InFlight, outcome_at_risk
+from agentfleet.roles.runs_left import left_by
 from agentfleet.roles.step import Step, end_run, result_of
 from agentfleet.store.base import RunMovedOn, StepHold
 from agentfleet.store.records import RunRecord, StepRecord, now
@@ -179,8 +180,9 @@ def _plan(step: Step, agent: Agent, iteration: int, new_messages: list[Message],
         offer = step.rt.dispatch.offer(list(agent.tools.values()), _unconsumed(step, agent))
 
         def begin(taken: RunRecord | None) -> list[Envelope] | tuple[RunRecord, Callable[[], StepRecord],
-                                                                       Callable[[], History]]:
-            """The first transaction: what ended the handling, or the run, the intent's record and the history."""
+                                                                       Callable[[], History], int | None]:
+            """The first transaction: what ended the handling, or the run, the intent's record, the history and the
+            version of the observer's move this handling moved the run on from (None if it did not)."""
             with store.tx() as conn:
                 if taken is not None and store.hold_and_lock(conn, taken, held):
                     found: RunRecord | None = taken  # held with the lock, with the COMMIT, or none of this stays
@@ -191,6 +193,9 @@ def _plan(step: Step, agent: Agent, iteration: int, new_messages: list[Message],
                 run = arrive(conn, found) if found is not None else None
                 if run is None:
                     return step.commit(conn, [])
+                assert found is not None
+                moved_from = (found.version if found.state == RunState.OBSERVING and run.version == found.version + 1
+                              else None)
                 gate = (check_gates(Limits.model_validate(run.limits), run.usage, iteration, run.elapsed_s(),
                                     run.steps_used)
                         or _tree_gate(store, run, conn)
@@ -205,7 +210,7 @@ def _plan(step: Step, agent: Agent, iteration: int, new_messages: list[Message],
                 # Not durable: a model turn lost with the intent in a database crash is asked for again, as a first
                 # try.
                 store.relax(conn)
-            return run, intent, read_history
+            return run, intent, read_history, moved_from
 
         try:
             begun = begin(known)
@@ -220,7 +225,7 @@ def _plan(step: Step, agent: Agent, iteration: int, new_messages: list[Message],
             raise InFlight(f"plan step {key} is being planned elsewhere")  # COMMIT lets go of it (``release_held``)
         if isinstance(begun, list):
             return begun
-        run, intent, read_history = begun
+        run, intent, read_history, moved_from = begun
         limits = Limits.model_validate(run.limits)
         record = intent()
         if record.status != "started":  # planned by an earlier handling that already committed its events
@@ -270,7 +275,7 @@ def _plan(step: Step, agent: Agent, iteration: int, new_messages: list[Message],
                 turn = turn.model_copy(update={"usage": turn.usage + prompt.spent})
             planned = Planned(turn, round((time.perf_counter() - started) * 1000, 3), prompt.report)
         try:
-            events = _decide_and_commit(step, agent, run, new_messages, iteration, planned, seen)
+            events = _decide_and_commit(step, agent, run, new_messages, iteration, planned, seen, moved_from)
             step_notices.planned(step, run, iteration, planned.turn, planned.duration_ms)
             if getattr(agent.model, "whole_transcript", False):
                 _graph_step_notice(step, run, planned.turn)
@@ -368,8 +373,9 @@ def _checkpointed_offer(recorded: object, current: Offer) -> Offer:
 
 
 def _decide_and_commit(step: Step, agent: Agent, run: RunRecord, new_messages: list[Message], iteration: int,
-                       planned: Planned, seen: History) -> list[Envelope]:
-    """``seen``: the transcript and this iteration's results, as the model was shown them."""
+                       planned: Planned, seen: History, moved_from: int | None = None) -> list[Envelope]:
+    """``seen``: the transcript and this iteration's results, as the model was shown them; ``moved_from``: the
+    version of the observer's move the run (``run``) was moved on from by this handling."""
     limits = Limits.model_validate(run.limits)
     planned = dataclasses.replace(planned, turn=usable_turn(planned.turn))  # what the store can hold, as decided
     # A graph's loops are its author's (a poll, a check and fix) and end by its conditions or its max_steps; the
@@ -394,7 +400,7 @@ def _decide_and_commit(step: Step, agent: Agent, run: RunRecord, new_messages: l
     if isinstance(decision, Fail):
         message = decision.message + (": " + "; ".join(decision.details) if decision.details else "")
         return _end(step, run, new_messages, iteration, planned, ResultStatus.FAILED, decision.code, message)
-    return _dispatch(step, run, new_messages, iteration, planned, decision)
+    return _dispatch(step, run, new_messages, iteration, planned, decision, moved_from)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -473,22 +479,31 @@ def _queue_of(step: Step, agent: Agent | None, name: str) -> str | None:
 
 
 def _dispatch(step: Step, run: RunRecord, new_messages: list[Message], iteration: int, planned: Planned,
-              decision: Dispatch) -> list[Envelope]:
+              decision: Dispatch, moved_from: int | None = None) -> list[Envelope]:
     store = step.rt.store
     agent = step.rt.agent(run.agent)
     call_ids = [c.id for c in decision.calls]
     handed = [c for c in decision.calls if agent is not None and delegation.planner_hands_off(step, agent, c)]
-    events = [
-        step.event(
-            EventType.TOOL_REQUESTED,
-            ToolRequested(agent=run.agent, iteration=iteration, call=call, sibling_call_ids=call_ids,
-                          idempotency_key=idempotency_key(run.run_id, iteration, "tool", call.id),
-                          deadline_at=run.deadline_at().timestamp(), queue=_queue_of(step, agent, call.name),
-                          progress=run.progress),
-            key=(iteration, call.id),
-        )
-        for call in decision.calls if call not in handed
-    ]
+    queues = {c.id: _queue_of(step, agent, c.name) for c in decision.calls if c not in handed}  # not with the row held
+
+    def requested(moved: RunRecord) -> list[Envelope]:
+        """The calls for executors. The iteration's one call carries the run as this commit leaves it, for the
+        observer to hold without reading (``RunsLeft.finished``), and whether the observer's move this handling moved
+        it on from is all the row's history since: it is when the run held now is the one the first transaction
+        left, moved on from that move."""
+        vouched = moved_from if moved_from is not None and run.version == moved_from + 1 == moved.version - 1 else None
+        left = left_by(moved, vouched) if len(call_ids) == 1 else None
+        return [
+            step.event(
+                EventType.TOOL_REQUESTED,
+                ToolRequested(agent=run.agent, iteration=iteration, call=call, sibling_call_ids=call_ids,
+                              idempotency_key=idempotency_key(run.run_id, iteration, "tool", call.id),
+                              deadline_at=run.deadline_at().timestamp(), queue=queues[call.id], progress=run.progress,
+                              run_left=left),
+                key=(iteration, call.id),
+            )
+            for call in decision.calls if call not in handed
+        ]
 
     def execute(conn: Connection, current: RunRecord) -> list[Envelope]:
         _checkpoint(step, conn, run, iteration, new_messages, planned)
@@ -496,7 +511,7 @@ def _dispatch(step: Step, run: RunRecord, new_messages: list[Message], iteration
         if not moved:
             return step.commit(conn, [])
         _left(step, conn, moved)  # the run the observer moves on from: the next iteration's planner knows it
-        out, started = list(events), 0
+        out, started = requested(moved), 0
         for call in handed:  # children start from here: no executor hop, never queued behind slow tools
             assert agent is not None
             more, child = delegation.hand_off_from_planner(step, conn, moved, agent, iteration, call, call_ids)

@@ -1,9 +1,13 @@
-"""The runs as this process's planner last committed them: the next iteration's handling takes its run from here,
-moved on as the observer's event says, instead of reading it (one round trip fewer an iteration, issue 23).
+"""The runs as this process last committed them: the next handling of a run takes it from here, moved on as its event
+says, instead of reading it (one round trip fewer a handling, issue 23). The planner keeps the run it sent to its
+tools and takes it back moved on by the observer's move (``observed``); the observer keeps the run it moved to
+OBSERVING and takes it back moved on by the planner's moves, which the tool's result carries (``finished``). One map
+a process: on one machine, where the roles share a process, each takes what the other left.
 
-Only ever a guess. The store checks it with the transaction that uses it (``Runs.hold_and_lock``: the row's version,
-state and everything written without a move); a guess that is wrong fails that transaction whole, and the run is read
-as before. A second planner process, a restart or an evicted entry only costs the read.
+Only ever a guess. The store checks it with the transaction that uses it (``Runs.hold_and_lock``, ``Runs.hold_run``:
+the row's version, state, iteration and everything written without a move); a guess that is wrong fails that
+transaction whole, and the run is read as before. A second process of the role, a restart or an evicted entry only
+costs the read.
 """
 
 from __future__ import annotations
@@ -12,14 +16,16 @@ import dataclasses
 import threading
 from collections import OrderedDict
 
+from agentfleet.events.envelope import RunLeft
 from agentfleet.loop.states import RunState
 from agentfleet.store.records import RunRecord
+from agentfleet.store.runs import UNVERSIONED
 
 KEPT = 4096  # runs remembered; a run's entry is a few hundred bytes besides its input and limits, which are shared
 
 
 class RunsLeft:
-    """A bounded map from run id to the run as the last commit of this process's planner left it, least recently
+    """A bounded map from run id to the run as the last commit of this process that moved it left it, least recently
     kept dropped first. Safe for the worker's threads."""
 
     def __init__(self, size: int = KEPT) -> None:
@@ -52,3 +58,24 @@ class RunsLeft:
         if left.state == RunState.EXECUTING:
             return dataclasses.replace(left, state=RunState.OBSERVING, version=left.version + 1)
         return None
+
+    def finished(self, run_id: str, left: RunLeft) -> RunRecord | None:
+        """The run as the planner's commit that sent a call out left it (``left``, carried by the call's result), when
+        this process knows the rest of the row: it kept the run at that version (on one machine, the planner's own
+        commit), or at the version the planner's handling moved on from (this process's observer's move), the
+        planner vouching that it changed nothing since but what ``left`` carries. None when it cannot be known."""
+        kept = self.take(run_id)
+        if kept is None or kept.version not in (left.version, left.from_version):
+            return None
+        if kept.version == left.from_version and kept.state != RunState.OBSERVING:
+            return None  # the planner's handling moved on from an observer's move: only that is vouched for
+        return dataclasses.replace(kept, version=left.version, state=left.state, iteration=left.iteration,
+                                   updated_at=left.updated_at, **{c: getattr(left, c) for c in UNVERSIONED})
+
+
+def left_by(run: RunRecord, from_version: int | None = None) -> RunLeft:
+    """What a call sent out by the commit that left ``run`` so carries for its observer; ``from_version``: the
+    observer's move (OBSERVING) the committing handling moved on from, when its own moves since changed nothing but
+    the state, the iteration, the time and the columns written without a move."""
+    return RunLeft(version=run.version, state=run.state, iteration=run.iteration, updated_at=run.updated_at,
+                   from_version=from_version, **{c: getattr(run, c) for c in UNVERSIONED})

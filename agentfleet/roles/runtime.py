@@ -44,7 +44,7 @@ class Runtime:
     dispatch: ToolDispatch
     hooks: Hooks
     stops: RunStops
-    runs_left: RunsLeft = field(default_factory=RunsLeft)  # the planner's: its last commits' runs
+    runs_left: RunsLeft = field(default_factory=RunsLeft)  # the runs as this process's last commits left them
 
     def agent(self, name: str) -> Agent | None:
         return self.agents.get(name)

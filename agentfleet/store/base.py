@@ -52,7 +52,8 @@ class AlreadyHandled(Exception):
 
 
 class RunMovedOn(Exception):
-    """A run this transaction held as an earlier transaction read it (``Runs.hold_run``) had changed since: the
+    """A run this transaction held as an earlier transaction read it, or as an event says it is (``Runs.hold_run``),
+    was not so (or a call's result it took to be the first was not: ``Transcripts.record_first_observation``): the
     transaction is rolled back, nothing it wrote stays, and the caller reads the run again."""
 
 

@@ -37,9 +37,12 @@ AUDIT = Sql(f"INSERT INTO audit ({', '.join(AUDIT_COLUMNS)}) VALUES ({', '.join(
 # (threads.py), the sweeper's re-drives (sweeping.py). Every other change is a move, which bumps it.
 UNVERSIONED = ("steps_used", "input_tokens", "output_tokens", "cost_usd", "cached_input_tokens", "unpriced",
                "reserved_tokens", "reserved_cost_usd", "reserved_steps", "thread_seq", "redrives", "redriven_at")
-# The run's row locked if it is as read (its version and the rest), else the transaction fails (migration 0020).
+# The run's row locked if it is as read (its version and the rest), else the transaction fails (migration 0020). Its
+# state and iteration, which the version stands for, are checked too: a run known from an event (``RunLeft``) is
+# known on them from the event, which the version alone would not catch were the event wrong.
 HOLD_AS_READ = Sql(
-    "WITH held AS (SELECT 1 FROM runs WHERE run_id = :run_id AND version = :version AND "
+    "WITH held AS (SELECT 1 FROM runs WHERE run_id = :run_id AND version = :version AND state = :state "
+    "AND iteration = :iteration AND "
     + " AND ".join(f"{c} IS NOT DISTINCT FROM :{c}" for c in UNVERSIONED)
     + " FOR UPDATE) SELECT agentfleet_moved_on(:run_id) WHERE NOT EXISTS (SELECT 1 FROM held)",
     times=frozenset({"redriven_at"}), rows=False)
@@ -159,13 +162,13 @@ class Runs(StoreBase):
         without reading it again. The check goes with the transaction's next round trip (its COMMIT, as a rule): it
         locks the row if the row is as read, and else fails the transaction, with ``RunMovedOn`` from ``tx``, so that
         none of its writes stays; the caller then reads the run again. As read means at the same version (a move
-        bumps it) and with the same values of what is written without one (``UNVERSIONED``). A move of it is sent
-        with the check (the row is held at ``run``'s version). Elsewhere (SQLite: a read costs no round trip) the
-        run read again, held; None if it is gone."""
+        bumps it), state and iteration, and with the same values of what is written without one (``UNVERSIONED``). A
+        move of it is sent with the check (the row is held at ``run``'s version). Elsewhere (SQLite: a read costs no
+        round trip) the run read again, held; None if it is gone."""
         if self.dialect != POSTGRES:
             return self.get_run(run.run_id, conn, lock=True)
-        defer(conn, HOLD_AS_READ, {"run_id": run.run_id, "version": run.version,
-                                   **{c: getattr(run, c) for c in UNVERSIONED}})
+        defer(conn, HOLD_AS_READ, {"run_id": run.run_id, "version": run.version, "state": str(run.state),
+                                   "iteration": run.iteration, **{c: getattr(run, c) for c in UNVERSIONED}})
         self._hold(conn, run.run_id, run.version)
         return run
 

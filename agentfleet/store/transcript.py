@@ -10,7 +10,7 @@ from typing import Any
 from sqlalchemy import Connection
 
 from agentfleet.loop.transcript import MESSAGES, History, Message
-from agentfleet.store.base import StoreBase
+from agentfleet.store.base import RunMovedOn, StoreBase
 from agentfleet.store.records import now
 from agentfleet.store.sql import POSTGRES, Later, Sql, defer, execute
 
@@ -41,6 +41,13 @@ OBSERVE_WHILE = Sql(
     "ON CONFLICT (run_id, iteration, call_id) DO NOTHING RETURNING call_id) "
     "SELECT (SELECT count(*) FROM run), (SELECT count(*) FROM noted)",
     json=frozenset({"result"}), times=frozenset({"at"}), rows=True)
+# The same, where the handling takes the result to be its call's first (the run's one call, the run held as the
+# commit that sent the call out left it: none can have been committed): deferred, and failing the transaction when a
+# result of the call is there already (migration 0020's function), so that the handling reads instead (Postgres).
+RECORD_FIRST_OBSERVATION = Sql(
+    f"WITH noted AS ({RECORD_OBSERVATION.text}) "
+    "SELECT agentfleet_moved_on(:run_id) WHERE NOT EXISTS (SELECT 1 FROM noted)",
+    json=frozenset({"result"}), times=frozenset({"at"}), rows=False)
 OBSERVATIONS = Sql("SELECT call_id, tool, result FROM observations WHERE run_id = :run_id AND iteration = :iteration",
                    result=(None, None, "json"))
 _inserts: dict[int, Sql] = {}
@@ -187,6 +194,19 @@ class Transcripts(StoreBase):
                            result: dict[str, Any]) -> bool:
         return execute(conn, RECORD_OBSERVATION, {"run_id": run_id, "iteration": iteration, "call_id": call_id,
                                                   "tool": tool, "result": result, "at": now()}).first() is not None
+
+    def record_first_observation(self, conn: Connection, *, run_id: str, iteration: int, call_id: str, tool: str,
+                                 result: dict[str, Any]) -> None:
+        """``record_observation`` of a result the handling takes to be its call's first, with nothing to wait for: on
+        Postgres sent with the transaction's next round trip (its COMMIT). If the call has a result already, the
+        transaction fails with ``RunMovedOn`` (raised here on SQLite), nothing it wrote stays, and the caller reads
+        the run and the results it has."""
+        values = {"run_id": run_id, "iteration": iteration, "call_id": call_id, "tool": tool, "result": result,
+                  "at": now()}
+        if self.dialect == POSTGRES:
+            defer(conn, RECORD_FIRST_OBSERVATION, values)
+        elif execute(conn, RECORD_OBSERVATION, values).first() is None:
+            raise RunMovedOn(f"call {call_id} of run {run_id} has a result already")
 
     def observe_while(self, conn: Connection, *, run_id: str, iteration: int, states: Sequence[str], call_id: str,
                       tool: str, result: dict[str, Any]) -> Later | None:

@@ -722,6 +722,53 @@ def test_a_run_read_in_an_earlier_transaction_is_held_as_read_in_the_commits_rou
     assert [a["to_state"] for a in store.audit_trail(run_id)] == ["PLANNING", "EXECUTING", "OBSERVING", "CANCELLED"]
 
 
+def test_a_lone_calls_result_on_a_run_known_from_its_event_goes_with_the_commit_or_fails_it_whole(
+        pg_store: Store, round_trips: list[str]) -> None:
+    """The observer's fan-in of an iteration's one call on the run as the call's result carries it: the hold, the
+    result, the move and the COMMIT in one round trip. A run known wrong on its state or iteration at the right version
+    (a carried record that is wrong), or a result of the call there already, fails the transaction whole."""
+    import dataclasses
+
+    from agentfleet.store.base import RunMovedOn
+
+    store, run_id = pg_store, f"r-lone-{uuid.uuid4().hex}"
+    with store.tx() as conn:
+        created = store.start_run(conn, run_id=run_id, agent="a", goal_id=run_id, trace_id="t", input={}, limits={})
+        planning = store.transition(conn, created, RunState.PLANNING)
+        assert planning is not None
+        known = store.transition(conn, planning, RunState.EXECUTING)
+    assert known is not None
+
+    def fan_in(run: object, call_id: str, name: str) -> None:
+        with store.handling(), store.tx() as conn:
+            held = store.hold_run(conn, run)  # type: ignore[arg-type]
+            assert held is run
+            store.record_first_observation(conn, run_id=run_id, iteration=0, call_id=call_id, tool="t",
+                                           result={"ok": True, "output": name})
+            assert store.transition(conn, held, RunState.OBSERVING) is not None  # type: ignore[arg-type]
+            _note(conn, name)
+
+    for wrong in (dataclasses.replace(known, state=RunState.WAITING_APPROVAL), dataclasses.replace(known, iteration=1)):
+        with pytest.raises(RunMovedOn):
+            fan_in(wrong, "c0", f"n-wrong-{run_id}")
+    with store.tx() as conn:  # a result there before
+        assert store.record_observation(conn, run_id=run_id, iteration=0, call_id="c1", tool="t",
+                                        result={"ok": True, "output": "first"})
+    with pytest.raises(RunMovedOn):
+        fan_in(known, "c1", f"n-second-{run_id}")
+    with store.reading() as conn:
+        assert execute(conn, NOTED, {"name": f"n-wrong-{run_id}"}).scalar() is None
+        assert execute(conn, NOTED, {"name": f"n-second-{run_id}"}).scalar() is None
+        assert [o["result"]["output"] for o in store.observations(conn, run_id, 0)] == ["first"]
+    assert store.get_run(run_id).state == RunState.EXECUTING  # type: ignore[union-attr]
+    round_trips.clear()
+    fan_in(known, "c0", f"n-lone-{run_id}")
+    assert round_trips == ["COMMIT"], "the hold, the result, the move, the write and the COMMIT: one round trip"
+    with store.reading() as conn:
+        assert sorted(o["call_id"] for o in store.observations(conn, run_id, 0)) == ["c0", "c1"]
+    assert store.get_run(run_id).state == RunState.OBSERVING  # type: ignore[union-attr]
+
+
 def test_the_planners_intent_and_transcript_read_go_with_its_commit(pg_store: Store, round_trips: list[str]) -> None:
     """The planner's first transaction, after the run's locked read: the move, the intent, the transcript's read and
     the COMMIT in one round trip; the intent's record and the transcript are there once it is back."""

@@ -1,0 +1,71 @@
+"""What a process takes a run to be without reading it (``RunsLeft``): only what it knows the whole row of, at one
+version. Every guess is checked by the store when used; these tests pin what is guessed at all."""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from agentfleet.errors import MalformedEvent
+from agentfleet.events.envelope import Envelope, EventType, RunLeft, ToolFinished
+from agentfleet.loop.states import RunState
+from agentfleet.loop.transcript import ToolResult
+from agentfleet.roles.runs_left import RunsLeft, left_by
+from agentfleet.store.records import RunRecord
+from agentfleet.store.runs import UNVERSIONED
+
+T0 = datetime(2026, 12, 5, tzinfo=UTC)
+
+
+def _run(state: RunState, version: int, iteration: int, **fields: object) -> RunRecord:
+    run = RunRecord("r", "a", "g", "t", state, version, iteration, {"q": 1}, {"max_steps": 9}, 0, 0, 0, 0.0, None,
+                    None, T0, T0)
+    return dataclasses.replace(run, **fields)  # type: ignore[arg-type]
+
+
+def test_what_a_call_carries_names_everything_written_without_a_move() -> None:
+    """The observer's check of the run carried by a call covers every column written without a move: one missing here
+    would be a change the check cannot see."""
+    assert set(UNVERSIONED) <= set(RunLeft.model_fields)
+
+
+def test_the_observer_takes_the_planners_commit_at_its_version_or_its_own_move_it_vouches_for() -> None:
+    planners = _run(RunState.EXECUTING, 7, 3, steps_used=4, input_tokens=40, reserved_tokens=5,
+                    updated_at=T0 + timedelta(seconds=3))
+    left = left_by(planners, from_version=5)
+    observers = _run(RunState.OBSERVING, 5, 2, steps_used=3, input_tokens=30)
+
+    kept = RunsLeft()
+    kept.keep(observers)
+    known = kept.finished("r", left)
+    assert known == dataclasses.replace(observers, state=RunState.EXECUTING, version=7, iteration=3, steps_used=4,
+                                        input_tokens=40, reserved_tokens=5, updated_at=T0 + timedelta(seconds=3))
+    assert kept.finished("r", left) is None, "taken: the handling that took it commits the run's next state"
+
+    kept.keep(planners)  # one process: the planner's own commit
+    assert kept.finished("r", left_by(planners)) == planners
+
+
+@pytest.mark.parametrize("kept_run, from_version", [
+    (_run(RunState.OBSERVING, 4, 2), 5),  # an older move of the observer's: more happened since than is carried
+    (_run(RunState.OBSERVING, 5, 2), None),  # the planner vouches for nothing (it read the run at a later version)
+    (_run(RunState.WAITING_APPROVAL, 5, 2), 5),  # not an observer's move: only that is vouched for
+    (_run(RunState.EXECUTING, 8, 4), 5),  # newer than what the call carries
+])
+def test_a_run_known_at_another_version_is_not_guessed(kept_run: RunRecord, from_version: int | None) -> None:
+    kept = RunsLeft()
+    kept.keep(kept_run)
+    assert kept.finished("r", left_by(_run(RunState.EXECUTING, 7, 3), from_version=from_version)) is None
+
+
+def test_a_call_result_carrying_a_run_that_does_not_parse_is_malformed() -> None:
+    finished = ToolFinished(agent="a", iteration=0, call_id="c", tool="t", sibling_call_ids=["c"],
+                            result=ToolResult(ok=True), run_left=left_by(_run(RunState.EXECUTING, 2, 0)))
+    wire = finished.model_dump(mode="json")
+    for bad in ({"state": "SOMEWHERE"}, {"version": "two"}, {"extra": 1}, {"input_tokens": None}):
+        env = Envelope.new(EventType.TOOL_COMPLETED, "r", finished, trace_id="t")
+        env = env.model_copy(update={"payload": {**wire, "run_left": {**wire["run_left"], **bad}}})
+        with pytest.raises(MalformedEvent):
+            env.body()
