@@ -13,6 +13,7 @@ costs the read.
 from __future__ import annotations
 
 import dataclasses
+import json
 import threading
 from collections import OrderedDict
 
@@ -21,29 +22,53 @@ from agentfleet.loop.states import RunState
 from agentfleet.store.records import RunRecord
 from agentfleet.store.runs import UNVERSIONED
 
-KEPT = 4096  # runs remembered; a run's entry is a few hundred bytes besides its input and limits, which are shared
+KEPT = 4096  # runs remembered at most
+# What the runs remembered may weigh, their inputs as JSON (an input may be up to the inbox's limit, 1 MiB: by count
+# alone a burst of large goals would hold thousands of them), and what an entry weighs besides its input.
+KEPT_BYTES = 32 * 1024 * 1024
+ENTRY_BYTES = 256
 
 
 class RunsLeft:
     """A bounded map from run id to the run as the last commit of this process that moved it left it, least recently
-    kept dropped first. Safe for the worker's threads."""
+    kept dropped first, bounded by count and by weight (``KEPT_BYTES``). Safe for the worker's threads."""
 
-    def __init__(self, size: int = KEPT) -> None:
-        self._size = size
-        self._runs: OrderedDict[str, RunRecord] = OrderedDict()
+    def __init__(self, size: int = KEPT, budget: int = KEPT_BYTES) -> None:
+        self._size, self._budget = size, budget
+        self._runs: OrderedDict[str, tuple[RunRecord, int]] = OrderedDict()
+        self._weight = 0
         self._lock = threading.Lock()
 
+    @property
+    def weight(self) -> int:
+        """What the runs kept weigh now (their inputs as JSON, and ``ENTRY_BYTES`` each)."""
+        return self._weight
+
     def keep(self, run: RunRecord) -> None:
+        """Remember ``run``, unless it alone weighs more than the budget (it is read, as a run not known is). Weighed
+        here, once a commit: the input's JSON, which a prompt of the run writes out every turn anyway."""
+        weight = ENTRY_BYTES + len(json.dumps(run.input, separators=(",", ":"), default=str))
         with self._lock:
-            self._runs[run.run_id] = run
-            self._runs.move_to_end(run.run_id)
-            while len(self._runs) > self._size:
-                self._runs.popitem(last=False)
+            self._forget(run.run_id)
+            if weight > self._budget:
+                return
+            self._runs[run.run_id] = (run, weight)
+            self._weight += weight
+            while len(self._runs) > self._size or self._weight > self._budget:
+                _, (_, dropped) = self._runs.popitem(last=False)
+                self._weight -= dropped
 
     def take(self, run_id: str) -> RunRecord | None:
         """The run as left, forgotten here: the handling that takes it commits the run's next state."""
         with self._lock:
-            return self._runs.pop(run_id, None)
+            return self._forget(run_id)
+
+    def _forget(self, run_id: str) -> RunRecord | None:
+        entry = self._runs.pop(run_id, None)
+        if entry is None:
+            return None
+        self._weight -= entry[1]
+        return entry[0]
 
     def observed(self, run_id: str, iteration: int) -> RunRecord | None:
         """The run as the observer's move of ``iteration`` left it, when this process's planner made the commit it

@@ -69,3 +69,22 @@ def test_a_call_result_carrying_a_run_that_does_not_parse_is_malformed() -> None
         env = env.model_copy(update={"payload": {**wire, "run_left": {**wire["run_left"], **bad}}})
         with pytest.raises(MalformedEvent):
             env.body()
+
+
+def test_what_is_kept_is_bounded_by_the_inputs_bytes_as_well_as_by_count() -> None:
+    """Each run kept holds its input (up to the inbox's limit, 1 MiB): the map is bounded by what those weigh, so a
+    burst of runs with large inputs cannot grow a worker by thousands of them; a run heavier than the whole budget is
+    not kept at all (it is read, as any run not known)."""
+    kept = RunsLeft(size=100, budget=10_000)
+    big = {"blob": "x" * 3_000}
+    for i in range(10):
+        kept.keep(dataclasses.replace(_run(RunState.EXECUTING, 1, 0), run_id=f"r{i}", input=big))
+    assert kept.weight <= 10_000
+    survivors = [i for i in range(10) if kept.take(f"r{i}") is not None]
+    assert len(survivors) >= 2 and survivors == list(range(10 - len(survivors), 10)), "the least recently kept dropped"
+    assert kept.weight == 0, "what is taken no longer counts"
+    kept.keep(dataclasses.replace(_run(RunState.EXECUTING, 1, 0), input={"blob": "x" * 20_000}))
+    assert kept.take("r") is None and kept.weight == 0
+    kept.keep(_run(RunState.EXECUTING, 1, 0))
+    kept.keep(dataclasses.replace(_run(RunState.EXECUTING, 2, 0), input={"blob": "x" * 20_000}))
+    assert kept.take("r") is None, "a run kept again too heavy to keep: its older entry is gone too"
