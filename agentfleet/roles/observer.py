@@ -98,10 +98,7 @@ def _known(step: Step, done: ToolFinished) -> RunRecord | None:
     in one round trip (the transaction's COMMIT) instead of two."""
     if done.run_left is None or done.sibling_call_ids != [done.call_id]:
         return None
-    known = step.rt.runs_left.finished(step.env.run_id, done.run_left)
-    if known is None or known.state != RunState.EXECUTING or known.iteration != done.iteration:
-        return None
-    return known
+    return step.rt.runs_left.finished(step.env.run_id, done.run_left)
 
 
 def _fan_in_known(step: Step, done: ToolFinished, known: RunRecord) -> list[Envelope]:
@@ -110,7 +107,7 @@ def _fan_in_known(step: Step, done: ToolFinished, known: RunRecord) -> list[Enve
     whole when any of it is not so (``RunMovedOn``: the caller then reads as usual)."""
     store = step.rt.store
     with store.tx() as conn:
-        run = store.hold_run(conn, known)  # on SQLite the run read (and not as known: read as usual, below)
+        run = store.hold_run(conn, known)  # Postgres: checked with the COMMIT; SQLite: read, and checked here
         if run is None or run.state != RunState.EXECUTING or run.iteration != done.iteration:
             raise RunMovedOn(f"run {known.run_id} is not as the call's result says")
         store.record_first_observation(conn, run_id=run.run_id, iteration=done.iteration, call_id=done.call_id,

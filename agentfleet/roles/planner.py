@@ -491,7 +491,7 @@ def _dispatch(step: Step, run: RunRecord, new_messages: list[Message], iteration
         observer to hold without reading (``RunsLeft.finished``), and whether the observer's move this handling moved
         it on from is all the row's history since: it is when the run held now is the one the first transaction
         left, moved on from that move."""
-        vouched = moved_from if moved_from is not None and run.version == moved_from + 1 == moved.version - 1 else None
+        vouched = moved_from if moved.version == run.version + 1 else None  # ``begin`` left ``run`` at moved_from + 1
         left = left_by(moved, vouched) if len(call_ids) == 1 else None
         return [
             step.event(

@@ -47,7 +47,7 @@ OBSERVE_WHILE = Sql(
 RECORD_FIRST_OBSERVATION = Sql(
     f"WITH noted AS ({RECORD_OBSERVATION.text}) "
     "SELECT agentfleet_moved_on(:run_id) WHERE NOT EXISTS (SELECT 1 FROM noted)",
-    json=frozenset({"result"}), times=frozenset({"at"}), rows=False)
+    json=RECORD_OBSERVATION.json, times=RECORD_OBSERVATION.times, rows=False)
 OBSERVATIONS = Sql("SELECT call_id, tool, result FROM observations WHERE run_id = :run_id AND iteration = :iteration",
                    result=(None, None, "json"))
 _inserts: dict[int, Sql] = {}

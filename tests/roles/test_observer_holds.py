@@ -67,23 +67,18 @@ def _ended_at_max_steps(fleet: InProcessFleet) -> Any:
     return run
 
 
-def test_a_lone_calls_result_fans_in_on_the_run_as_its_planner_left_it_in_one_round_trip(
-        fleet: InProcessFleet, monkeypatch: pytest.MonkeyPatch) -> None:
-    """One process (this fleet): the observer takes the run as the planner's commit left it, every iteration."""
+@pytest.mark.parametrize("map_per_role, round_trips", [(False, [1, 1, 1]), (True, [1, 1, 2])],
+                         ids=["one-process", "a-process-per-role"])
+def test_a_lone_calls_result_fans_in_on_the_run_as_known_in_one_round_trip(
+        fleet: InProcessFleet, monkeypatch: pytest.MonkeyPatch, map_per_role: bool, round_trips: list[int]) -> None:
+    """One process (this fleet): the observer takes the run as the planner's commit left it, every iteration. Planner
+    and observer in processes of their own: the observer knows the run from its own move of the iteration before,
+    moved on as the planner's commit vouches (``RunLeft.from_version``); the first iteration is read."""
+    if map_per_role:
+        monkeypatch.setattr(fleet.runtime, "runs_left", _MapPerRole())
     counted = _observer_round_trips(monkeypatch)
     run = _ended_at_max_steps(fleet)
-    assert sorted(counted.values()) == [1, 1, 1], counted
-    assert run.steps_used == 3
-
-
-def test_an_observer_of_its_own_process_holds_the_run_as_its_last_move_moved_on_by_the_planner(
-        fleet: InProcessFleet, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Planner and observer in processes of their own: the observer knows the run from its own move of the iteration
-    before, moved on as the planner's commit vouches (``RunLeft.from_version``). The first iteration is read."""
-    monkeypatch.setattr(fleet.runtime, "runs_left", _MapPerRole())
-    counted = _observer_round_trips(monkeypatch)
-    run = _ended_at_max_steps(fleet)
-    assert sorted(counted.values()) == [1, 1, 2], counted
+    assert sorted(counted.values()) == round_trips, counted
     assert run.steps_used == 3
 
 
