@@ -28,6 +28,7 @@ from agentfleet.workers.bootsteps import (
     RetentionTimer,
     ScheduleTimer,
     SweepTimer,
+    WakeOnShutdown,
 )
 from agentfleet.workers.event_task import register_tasks
 from agentfleet.workers.roles import pool_implementation
@@ -128,6 +129,8 @@ def create_app(settings: Settings | None = None) -> Celery:
     app.steps["worker"].add(RetentionTimer)
     app.steps["worker"].add(ScheduleTimer)
     app.steps["consumer"].add(InboxConsumer)
+    app.steps["consumer"].add(WakeOnShutdown)
+    app.steps["consumer"].add(WakeOnShutdown)
     return app
 
 

@@ -17,6 +17,9 @@ from agentfleet.workers.app import create_app
 
 log = logging.getLogger(__name__)
 
+PING_ROUND_S = 0.25  # how long a round of wait_ready's pings waits for answers, at first
+PING_SHORT_FOR_S = 10.0  # ... and for how long it asks in rounds that short
+
 
 class WorkerProcesses:
     """Starts role workers as subprocesses sharing one environment; stops (or kills) them."""
@@ -58,23 +61,33 @@ class WorkerProcesses:
         return next((p.pid for n, p in self.procs if n == name and p.poll() is None), None)
 
     def wait_ready(self, timeout: float = 60.0) -> None:
-        """Until every live worker answers a ping over the broker."""
+        """Until every live worker has answered a ping over the broker.
+
+        A ping sent before a worker consumes its remote-control queue is lost, so the workers are asked again and
+        again, each time only those not heard from yet: in short rounds (``PING_ROUND_S``) at first, since a worker
+        answers in milliseconds once up and a round that waits a whole second for the last one to start was most of
+        a test fleet's start; in rounds of a second after ``PING_SHORT_FOR_S``, for a machine too busy to answer
+        that fast.
+        """
         app = create_app(Settings(broker_url=self.env["AGENTFLEET_BROKER_URL"],
                                   namespace=self.env["AGENTFLEET_NAMESPACE"]))
         wanted = {name for name, proc in self.procs if proc.poll() is None}
-        deadline = time.monotonic() + timeout
+        started = time.monotonic()
+        deadline = started + timeout
         seen: set[str] = set()
         while time.monotonic() < deadline:
+            round_s = PING_ROUND_S if time.monotonic() - started < PING_SHORT_FOR_S else 1.0
             try:
                 # A connection of its own each time: kombu's pool is process-wide, and after a broker restart it
                 # hands out a connection that is already dead (the first ping after `agentfleet chaos` failed so).
                 with app.connection() as conn:
-                    replies = app.control.ping(destination=list(wanted), timeout=1.0, connection=conn) or []
+                    replies = app.control.ping(destination=sorted(wanted - seen), timeout=round_s,
+                                               connection=conn) or []
             except (OSError, OperationalError) as exc:  # the broker is still coming back: ask again until the deadline
                 log.warning("workers not pinged yet: %s", exc)
                 time.sleep(0.5)
                 continue
-            seen = {name for reply in replies for name in reply}
+            seen |= {name for reply in replies for name in reply}
             if wanted <= seen:
                 return
             dead = [(n, p.returncode) for n, p in self.procs if p.poll() is not None and n in wanted]
