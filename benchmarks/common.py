@@ -55,6 +55,7 @@ class Sizes:
     retention_runs: int = 10_000  # ended runs a prune deletes beside a load
     retention_load: int = 200
     schedule_minutes: float = 10.0
+    schedule_every_s: int = 10
     console_runs: int = 100_000  # runs in the database while the console's pages are timed
 
     @classmethod
@@ -71,7 +72,7 @@ class Sizes:
                    throughput_runs=2, throughput_iterations=2, floor_burst=10, growth_iterations=4,
                    growth_turn_chars=100, recovery_kills=1, parked_runs=5, approval_runs=4, profile_iterations=10,
                    waiting_parents=4, retention_runs=40, retention_load=4,
-                   schedule_minutes=0.25, console_runs=200)
+                   schedule_minutes=0.1, schedule_every_s=2, console_runs=200)
 
 
 @dataclass
