@@ -70,7 +70,7 @@ class Sizes:
     def tiny(cls) -> Sizes:
         return cls(overhead_iterations=3, floor_chains=3, peer_iterations=3, throughput_workers=(1,),
                    throughput_runs=2, throughput_iterations=2, floor_burst=10, growth_iterations=4,
-                   growth_turn_chars=100, recovery_kills=1, parked_runs=5, approval_runs=4, profile_iterations=10,
+                   growth_turn_chars=100, recovery_kills=1, parked_runs=5, approval_runs=4, profile_iterations=60,
                    waiting_parents=4, retention_runs=40, retention_load=4,
                    schedule_minutes=0.1, schedule_every_s=2, console_runs=200)
 
