@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 import os
 import threading
@@ -277,3 +278,25 @@ class WakeOnShutdown(bootsteps.StartStopStep):
         if self._pipe is not None:
             with contextlib.suppress(OSError):
                 os.read(self._pipe[0], 512)
+
+
+class FreezeStartupHeap(bootsteps.StartStopStep):
+    """Once the consumer is about to consume: what start-up made (every module, class and setting) is collected
+    once and then moved out of the cyclic garbage collector's reach (``gc.freeze``).
+
+    Those objects live as long as the process; without this, every full collection walks them again, and the last
+    one, when the interpreter finalizes, took 0.5-0.7 s of a stopping worker's CPU (a py-spy dump of a worker
+    stopping showed only ``gc_collect_main``): a fleet's stop went from 0.6-0.7 s to 0.1 s. Objects freed later
+    are still freed by reference counting; only cycles among start-up objects would be kept, and ``gc.collect``
+    first clears those there are. Once a process: a reconnect restarts the consumer's steps.
+    """
+
+    requires = ("celery.worker.consumer.tasks:Tasks",)
+    _done = False
+
+    def start(self, c: Any) -> None:
+        if FreezeStartupHeap._done:
+            return
+        gc.collect()
+        gc.freeze()
+        FreezeStartupHeap._done = True

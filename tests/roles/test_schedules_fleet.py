@@ -17,7 +17,8 @@ from tests.conftest import WorkerProcs
 from tests.helpers import eventually
 
 pytestmark = pytest.mark.integration
-EVERY_S = 2
+EVERY_S = 1
+POLL_S = "0.25"  # the schedulers look four times a tick
 
 
 def fired(store: Store, name: str) -> list[datetime]:
@@ -29,6 +30,7 @@ def fired(store: Store, name: str) -> list[datetime]:
 
 def test_two_schedulers_fire_each_tick_once_and_a_killed_one_loses_none(workers: WorkerProcs, namespace: str,
                                                                         store: Store) -> None:
+    workers.env["AGENTFLEET_SCHEDULE_POLL_S"] = POLL_S
     for role in (C.PLANNER, C.EXECUTOR, C.OBSERVER, C.OBSERVER):
         workers.start(role)
     workers.wait_ready()
