@@ -49,6 +49,7 @@ def worker(
     from agentfleet.redaction import install_for
     from agentfleet.roles.runtime import PREFLIGHT_DONE_KEY
     from agentfleet.workers.app import create_app
+    from agentfleet.workers.bootsteps import FreezeStartupHeap
     from agentfleet.workers.preflight import preflight
 
     install_for(settings)  # the preflight's messages are masked too
@@ -60,6 +61,7 @@ def worker(
     celery_app = create_app(settings)
     celery_app.conf[PREFLIGHT_DONE_KEY] = True
     celery_app.conf.worker_pool = pool_implementation(chosen_pool)
+    celery_app.steps["consumer"].add(FreezeStartupHeap)  # a process of its own: not an embedding program's heap
     consumed = _queues(celery_app, settings.namespace, role, queues)
     argv = worker_argv(ROLES[role], settings.namespace, concurrency=concurrency, autoscale=autoscale,
                        loglevel=loglevel or settings.log_level,

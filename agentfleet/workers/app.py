@@ -21,7 +21,6 @@ from agentfleet.roles.runtime import SETTINGS_KEY
 from agentfleet.workers.bootsteps import (
     ApprovalTimer,
     DeclareTopology,
-    FreezeStartupHeap,
     HealthTimer,
     InboxConsumer,
     MetricsServer,
@@ -131,7 +130,6 @@ def create_app(settings: Settings | None = None) -> Celery:
     app.steps["worker"].add(ScheduleTimer)
     app.steps["consumer"].add(InboxConsumer)
     app.steps["consumer"].add(WakeOnShutdown)
-    app.steps["consumer"].add(FreezeStartupHeap)
     app.steps["consumer"].add(WakeOnShutdown)
     return app
 

@@ -22,10 +22,24 @@ def thawed() -> Iterator[None]:
     FreezeStartupHeap._done = False
 
 
-def test_the_step_is_a_consumer_step_after_the_tasks_are_registered() -> None:
-    app = create_app(Settings(namespace="heap-test"))
-    assert FreezeStartupHeap in app.steps["consumer"]
-    assert "celery.worker.consumer.tasks:Tasks" in FreezeStartupHeap.requires
+def test_an_agentfleet_worker_freezes_its_heap_and_an_embedding_program_does_not(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only a process of its own: an embedded fleet's app is built in someone else's program, whose later garbage
+    cycles among what it had made by then would never be collected."""
+    from celery import Celery
+    from typer.testing import CliRunner
+
+    from agentfleet.cli.app import app as cli
+    from agentfleet.workers import preflight
+
+    assert FreezeStartupHeap not in create_app(Settings(namespace="heap-test")).steps["consumer"]
+    started: list[set[type]] = []
+    monkeypatch.setattr(preflight, "preflight", lambda settings: None)  # no services: only the app is looked at
+    monkeypatch.setattr(Celery, "worker_main", lambda self, argv: started.append(set(self.steps["consumer"])))
+    done = CliRunner().invoke(cli, ["worker", "observer"])
+    assert done.exit_code == 0, done.output
+    assert [FreezeStartupHeap in steps for steps in started] == [True]
+    assert "celery.worker.consumer.tasks:Tasks" in FreezeStartupHeap.requires  # the tasks are registered first
 
 
 def test_the_heap_is_frozen_once_a_process(thawed: None) -> None:
