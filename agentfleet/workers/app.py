@@ -130,7 +130,6 @@ def create_app(settings: Settings | None = None) -> Celery:
     app.steps["worker"].add(ScheduleTimer)
     app.steps["consumer"].add(InboxConsumer)
     app.steps["consumer"].add(WakeOnShutdown)
-    app.steps["consumer"].add(WakeOnShutdown)
     return app
 
 
