@@ -113,3 +113,12 @@ def resume_call(*, status: str, delegated: str, carried: bool, answered: bool, d
     if answered:
         return CallResume.ANSWERED
     return CallResume.DELEGATE if delegation else CallResume.RUN
+
+
+def intent_first(*, repeatable: bool, first_delivery: bool, carried: bool, answered: bool, delegation: bool) -> bool:
+    """Whether a tool call's intent is written before it runs. Only a call that runs (nothing carried, answered or
+    delegated) of a tool that may run again with no harm (``repeatable``), on the message's first delivery, goes
+    without: there is no earlier attempt to find, and one that dies mid-call is redelivered, marked so, and that
+    attempt writes its intent first, which counts it toward the limit on attempts that crash their worker. Its step
+    is written once, finished, with the handling's commit (DBOS's way with a step: checkpointed after it ran)."""
+    return not (repeatable and first_delivery and not carried and not answered and not delegation)

@@ -7,6 +7,8 @@ that arrives here starts its child run (``delegation``).
 The intent is recorded before the tool runs. A redelivered call that finds an
 unfinished intent knows an earlier attempt died mid-call: an idempotent tool runs
 again; any other tool's outcome is UNKNOWN_OUTCOME, handed to the loop to resolve.
+An idempotent tool's call on its message's first delivery writes nothing before it
+runs: its step is written once, finished, with the commit (``intent_first``).
 """
 
 from __future__ import annotations
@@ -25,11 +27,13 @@ from agentfleet.events.envelope import (
     ToolRequested,
 )
 from agentfleet.hooks.base import UNKNOWN_TOOL, ToolCallInfo
-from agentfleet.loop.recovery import CallResume, resume_call
+from agentfleet.loop.recovery import CallResume, intent_first, resume_call
 from agentfleet.loop.transcript import ToolResult
 from agentfleet.roles import approvals, delegation, step_notices
 from agentfleet.roles.retry import CommitPending, InFlight, outcome_at_risk
 from agentfleet.roles.step import Step
+from agentfleet.store.base import StepHold
+from agentfleet.store.records import StepRecord, now
 from agentfleet.tools.tool import Tool, ToolContext
 
 log = logging.getLogger(__name__)
@@ -46,18 +50,30 @@ def on_tool_requested(step: Step) -> list[Envelope]:
         cleared = approvals.clear(step, req, mine=lambda: bool(held))
         if isinstance(cleared, list):
             return cleared  # parked for a person: nothing ran
-        # The intent must reach the disk before a call that may not run twice; a repeatable call's may not.
-        record = store.begin_step(
-            key=key, run_id=step.env.run_id, iteration=req.iteration, kind="tool", call_id=req.call.id,
-            name=req.call.name, input=cleared.arguments, worker=step.worker, durable=not _repeatable(step, req),
-            hold=held,
-        )
-        if record is None:
-            raise InFlight(f"tool step {key} is running elsewhere")
+        repeatable, started_at = _repeatable(step, req), now()
+        record: StepRecord | None = None
+        if intent_first(repeatable=repeatable, first_delivery=step.first_delivery, carried=step.carried is not None,
+                        answered=cleared.answer is not None, delegation=delegation.is_delegation(step, req)):
+            # The intent must reach the disk before a call that may not run twice; a repeatable call's may not. A
+            # redelivered repeatable call with no intent yet may follow a first attempt that wrote none and took its
+            # worker down: counted as one (2 if the intent is new), so a call that crashes every worker is stopped
+            # after the same number of crashes as any other.
+            record = store.begin_step(
+                key=key, run_id=step.env.run_id, iteration=req.iteration, kind="tool", call_id=req.call.id,
+                name=req.call.name, input=cleared.arguments, worker=step.worker, durable=not repeatable, hold=held,
+                attempts=2 if repeatable and step.redelivered else 1,
+            )
+            if record is None:
+                raise InFlight(f"tool step {key} is running elsewhere")
+            how = resume_call(status=record.status, delegated=delegation.DELEGATED, carried=step.carried is not None,
+                              answered=cleared.answer is not None, delegation=delegation.is_delegation(step, req))
+        else:  # nothing written before it runs, and no holder: its step is written, finished, with the commit
+            if isinstance(held, StepHold):
+                held.forgo()
+            how = CallResume.RUN
+        attempt, first = (1, True) if record is None else (record.attempts, record.status == "started")
         ran = False
         published: list[tuple[str, dict[str, Any]]] = []  # domain events the call published
-        how = resume_call(status=record.status, delegated=delegation.DELEGATED, carried=step.carried is not None,
-                          answered=cleared.answer is not None, delegation=delegation.is_delegation(step, req))
         if how is CallResume.CHILD_ANSWERS:
             with store.tx() as conn:
                 return step.commit(conn, [])
@@ -67,6 +83,7 @@ def on_tool_requested(step: Step) -> list[Envelope]:
                 return started  # the child's goal is out; this call is answered when the child ends
             result = started  # why the child could not start
         elif how is CallResume.STORED:
+            assert record is not None
             result = ToolResult.model_validate(record.output)
         elif how is CallResume.CARRIED:
             assert step.carried is not None
@@ -78,12 +95,12 @@ def on_tool_requested(step: Step) -> list[Envelope]:
             result = cleared.answer
         else:
             step_notices.tool_started(step, req.progress, req.agent, req.iteration, req.call.id, req.call.name)
-            result, ran, published = _attempt(step, req, record.attempts, cleared.arguments)
+            result, ran, published = _attempt(step, req, attempt, cleared.arguments)
             if cleared.approval is not None:
                 result = result.model_copy(update={"approval": cleared.approval})
         finished = ToolFinished(
             agent=req.agent, iteration=req.iteration, call_id=req.call.id, tool=req.call.name,
-            sibling_call_ids=req.sibling_call_ids, result=result, attempt=record.attempts, worker=step.worker,
+            sibling_call_ids=req.sibling_call_ids, result=result, attempt=attempt, worker=step.worker,
             run_left=req.run_left,
         )
         event_type = EventType.TOOL_COMPLETED if result.ok else EventType.TOOL_FAILED
@@ -99,16 +116,22 @@ def on_tool_requested(step: Step) -> list[Envelope]:
                 if result.artifacts:
                     store.keep_artifacts(conn, run_id=step.env.run_id, call_id=req.call.id, tool=req.call.name,
                                          refs=result.artifacts, payloads=result.payloads())
-                store.finish_step(conn, key, status="succeeded" if result.ok else "failed",
-                                  output=result.model_dump(mode="json"), duration_ms=result.duration_ms)
+                status, output = "succeeded" if result.ok else "failed", result.model_dump(mode="json")
+                if record is None:
+                    store.done_step(conn, key=key, run_id=step.env.run_id, iteration=req.iteration, kind="tool",
+                                    call_id=req.call.id, name=req.call.name, input=cleared.arguments,
+                                    worker=step.worker, status=status, output=output, started_at=started_at,
+                                    duration_ms=result.duration_ms)
+                else:
+                    store.finish_step(conn, key, status=status, output=output, duration_ms=result.duration_ms)
                 events = step.commit(conn, [event, *domain])
         except Exception as exc:
-            if record.status == "started" and outcome_at_risk(exc):
+            if first and outcome_at_risk(exc):
                 raise CommitPending({"tool_result": result.model_dump(mode="json"), "published": published},
                                     exc) from exc
             raise
-        if record.status == "started":  # told once per call: when its result is first committed
-            step.rt.hooks.after_tool(_call_info(step, req, record.attempts, ran), result)
+        if first:  # told once per call: when its result is first committed
+            step.rt.hooks.after_tool(_call_info(step, req, attempt, ran), result)
             step_notices.tool_finished(step, req.progress, req.agent, req.iteration, req.call.id, req.call.name,
                                        result)
         return events

@@ -36,6 +36,9 @@ class Step:
     worker: str
     redelivered: bool = False
     carried: dict[str, Any] | None = None  # an outcome an earlier attempt knew but could not commit
+    # Known to be the message's first delivery, and no retry: the broker marks redeliveries, and this is not one.
+    # No earlier attempt at it can have crashed its worker.
+    first_delivery: bool = False
     _body: BaseModel | None = field(default=None, init=False, repr=False, compare=False)
 
     def body(self) -> BaseModel:

@@ -137,6 +137,12 @@ class StepHold:
         """Not asked yet: its try waits, unsent, for the handling's next statement."""
         return self._taken is None and not self.later.sent and not self.later.dropped
 
+    def forgo(self) -> None:
+        """Not wanted after all (a step run with no holder, ``roles/executor.py``): the lone try, not sent yet, is
+        taken back; nothing is taken, and nothing is let go at the end."""
+        if self._taken is None and undefer(self.bound.conn, self.later):
+            self._taken = False
+
     def ask_again(self) -> None:
         """After a transaction that asked for the lock in its own statement (``ask_with``) failed before that statement
         answered: nothing was taken, and the lone try waits again for the handling's next statement."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from datetime import datetime
 from typing import Any, Literal, overload
 
 from sqlalchemy import Connection, select, update
@@ -13,10 +14,11 @@ from agentfleet.store.records import StepRecord, as_utc, now
 from agentfleet.store.sql import Sql, defer, execute
 
 # The intent, or one more attempt at it: one statement either way. A finished step is left as it is (no row
-# comes back, and it is read).
+# comes back, and it is read). ``attempts``: those a first intent counts (``begin_step``).
 BEGIN_STEP = Sql(
     "INSERT INTO steps (idempotency_key, run_id, iteration, kind, call_id, name, status, attempts, input, worker, "
-    "started_at) VALUES (:key, :run_id, :iteration, :kind, :call_id, :name, 'started', 1, :input, :worker, :at) "
+    "started_at) VALUES (:key, :run_id, :iteration, :kind, :call_id, :name, 'started', :attempts, :input, :worker, "
+    ":at) "
     "ON CONFLICT (idempotency_key) DO UPDATE SET attempts = steps.attempts + 1, worker = excluded.worker, "
     "started_at = excluded.started_at WHERE steps.status = 'started' "
     "RETURNING status, attempts, output, input",
@@ -27,7 +29,7 @@ BEGIN_STEP = Sql(
 HELD_BEGIN_STEP = Sql(
     f"WITH lock AS MATERIALIZED (SELECT pg_try_advisory_lock(:k) AS held, {RELAXED_IF} AS commits), intent AS ("
     "INSERT INTO steps (idempotency_key, run_id, iteration, kind, call_id, name, status, attempts, input, worker, "
-    "started_at) SELECT :key, :run_id, :iteration, :kind, :call_id, :name, 'started', 1, :input, :worker, :at "
+    "started_at) SELECT :key, :run_id, :iteration, :kind, :call_id, :name, 'started', :attempts, :input, :worker, :at "
     "FROM lock WHERE lock.held "
     "ON CONFLICT (idempotency_key) DO UPDATE SET attempts = steps.attempts + 1, worker = excluded.worker, "
     "started_at = excluded.started_at WHERE steps.status = 'started' "
@@ -36,6 +38,15 @@ HELD_BEGIN_STEP = Sql(
     json=frozenset({"input"}), times=frozenset({"at"}), result=(None, None, None, "json", "json"), rows=True)
 STEP = Sql("SELECT status, attempts, output, input FROM steps WHERE idempotency_key = :key",
            result=(None, None, "json", "json"))
+# A step begun and finished at once: a repeatable call run before anything of it was written (``done_step``). An
+# intent a redelivered attempt left is finished by it; a finished step is left as it is.
+DONE_STEP = Sql(
+    "INSERT INTO steps (idempotency_key, run_id, iteration, kind, call_id, name, status, attempts, input, output, "
+    "worker, started_at, finished_at, duration_ms) VALUES (:key, :run_id, :iteration, :kind, :call_id, :name, "
+    ":status, 1, :input, :output, :worker, :started_at, :at, :duration_ms) "
+    "ON CONFLICT (idempotency_key) DO UPDATE SET status = excluded.status, output = excluded.output, "
+    "finished_at = excluded.finished_at, duration_ms = excluded.duration_ms WHERE steps.status = 'started'",
+    json=frozenset({"input", "output"}), times=frozenset({"started_at", "at"}))
 FINISH_STEP = Sql(
     "UPDATE steps SET status = :status, output = :output, finished_at = :at, duration_ms = :duration_ms "
     "WHERE idempotency_key = :key", json=frozenset({"output"}), times=frozenset({"at"}))
@@ -47,11 +58,11 @@ class Steps(StoreBase):
     @overload
     def begin_step(self, *, key: str, run_id: str, iteration: int, kind: str, call_id: str = "", name: str = "",
                    input: Any = None, worker: str | None = None, durable: bool = True, conn: Connection | None = None,
-                   hold: Literal[True] = True) -> StepRecord: ...
+                   hold: Literal[True] = True, attempts: int = 1) -> StepRecord: ...
     @overload
     def begin_step(self, *, key: str, run_id: str, iteration: int, kind: str, call_id: str = "", name: str = "",
                    input: Any = None, worker: str | None = None, durable: bool = True, conn: Connection | None = None,
-                   hold: bool | StepHold) -> StepRecord | None: ...
+                   hold: bool | StepHold, attempts: int = 1) -> StepRecord | None: ...
     def begin_step(
         self,
         *,
@@ -66,6 +77,7 @@ class Steps(StoreBase):
         durable: bool = True,
         conn: Connection | None = None,
         hold: bool | StepHold = True,
+        attempts: int = 1,
     ) -> StepRecord | None:
         """Record the intent before any side effect; an existing unfinished intent counts an attempt.
 
@@ -73,13 +85,14 @@ class Steps(StoreBase):
         for an intent whose loss in a database crash only means the step runs again as a first attempt (a model
         turn, an idempotent tool; ``StoreBase.relax``). ``hold``: the step's lock (``step_lock``); one not asked
         for yet is asked in the intent's own statement, which writes nothing unless it was taken (one round trip
-        instead of two). None, with nothing written, when the step is held elsewhere.
+        instead of two). None, with nothing written, when the step is held elsewhere. ``attempts``: those a first
+        intent counts: 2 for a call an attempt that wrote nothing may have run before (``roles/executor.py``).
         """
         if isinstance(hold, StepHold) and hold.pending and conn is None:
             # Alone, not in BEGIN … COMMIT: one statement is its own transaction (three statements fewer).
             later = hold.ask_alone(HELD_BEGIN_STEP, dict(
                 k=lock_id(key), relaxed=not durable, key=key, run_id=run_id, iteration=iteration, kind=kind,
-                call_id=call_id, name=name, input=input, worker=worker, at=now()))
+                call_id=call_id, name=name, input=input, worker=worker, at=now(), attempts=attempts))
             if later is not None:
                 if not hold:
                     return None
@@ -89,18 +102,19 @@ class Steps(StoreBase):
             return None
         if conn is not None:
             return self.intend_step(conn, key=key, run_id=run_id, iteration=iteration, kind=kind, call_id=call_id,
-                                    name=name, input=input, worker=worker)()
+                                    name=name, input=input, worker=worker, attempts=attempts)()
         with self.tx(durable=durable) as own:  # the intent goes with the COMMIT: one round trip
             intent = self.intend_step(own, key=key, run_id=run_id, iteration=iteration, kind=kind, call_id=call_id,
-                                      name=name, input=input, worker=worker)
+                                      name=name, input=input, worker=worker, attempts=attempts)
         return intent()
 
     def intend_step(self, conn: Connection, *, key: str, run_id: str, iteration: int, kind: str, call_id: str = "",
-                    name: str = "", input: Any = None, worker: str | None = None) -> Callable[[], StepRecord]:
+                    name: str = "", input: Any = None, worker: str | None = None,
+                    attempts: int = 1) -> Callable[[], StepRecord]:
         """``begin_step`` in ``conn``'s transaction, sent with the next statement (a read the caller needs anyway, or
         the COMMIT); the record once that is back. A finished step's record is read then, apart."""
         values = dict(key=key, run_id=run_id, iteration=iteration, kind=kind, call_id=call_id, name=name,
-                      input=input, worker=worker, at=now())
+                      input=input, worker=worker, at=now(), attempts=attempts)
         later = defer(conn, BEGIN_STEP, values, keep=True)
         return lambda: self._step_record(key, later.rows().first(), conn)
 
@@ -129,6 +143,16 @@ class Steps(StoreBase):
     def finish_step(self, conn: Connection, key: str, *, status: str, output: Any, duration_ms: float) -> None:
         defer(conn, FINISH_STEP, {"key": key, "status": status, "output": output, "at": now(),
                                   "duration_ms": duration_ms})
+
+    def done_step(self, conn: Connection, *, key: str, run_id: str, iteration: int, kind: str, call_id: str,
+                  name: str, input: Any, worker: str | None, status: str, output: Any, started_at: datetime,
+                  duration_ms: float) -> None:
+        """A step's intent and outcome at once, in the caller's transaction, sent with its next statement (the
+        COMMIT): for a call whose tool may run again with no harm, which therefore needs no intent before it runs
+        (``roles/executor.py``)."""
+        defer(conn, DONE_STEP, dict(key=key, run_id=run_id, iteration=iteration, kind=kind, call_id=call_id, name=name,
+                                    status=status, input=input, output=output, worker=worker, started_at=started_at,
+                                    at=now(), duration_ms=duration_ms))
 
     def steps(self, run_id: str) -> list[dict[str, Any]]:
         with self.reading() as conn:

@@ -10,6 +10,7 @@ produced is published again.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from typing import Any
@@ -33,6 +34,18 @@ from agentfleet.store.base import AlreadyHandled
 log = logging.getLogger(__name__)
 
 
+# Transports that mark a message delivered before to a consumer that did not ack it: RabbitMQ, and kombu's Redis
+# transport when it restores unacked messages. Elsewhere (an embedded fleet's in-memory broker) a message's first
+# delivery cannot be told from the next.
+REDELIVERY_MARKED = frozenset({"amqp", "amqps", "pyamqp", "redis", "rediss"})
+
+
+@functools.lru_cache(maxsize=8)
+def marks_redeliveries(broker_url: str) -> bool:
+    """Whether a message's first delivery can be told from a redelivery on this broker (``Step.first_delivery``)."""
+    return broker_url.partition("://")[0].lower() in REDELIVERY_MARKED
+
+
 class EventTask(Task):
     """Base of every event task: acks late, retries what is transient (tasks/retry.py), dead-letters the rest."""
 
@@ -50,8 +63,10 @@ def run_event(task: EventTask, raw: Any, carried: dict[str, Any] | None = None) 
         env = decode(raw)
         if env.type != task.name:
             raise MalformedEvent(f"envelope type {env.type} arrived as task {task.name}")
-        step = Step(rt, env, task.role, task.request.hostname or "unknown",
-                    bool((task.request.delivery_info or {}).get("redelivered")), carried)
+        redelivered = bool((task.request.delivery_info or {}).get("redelivered"))
+        step = Step(rt, env, task.role, task.request.hostname or "unknown", redelivered, carried,
+                    first_delivery=not (redelivered or task.request.retries)
+                    and marks_redeliveries(task.app.conf.broker_url or ""))
         step.body()  # validated here, once: the handler reads it from the step
     except MalformedEvent as exc:
         rt.publisher.dead_letter(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentfleet.loop.recovery import Action, CallResume, plan_redrive, resume_call
+from agentfleet.loop.recovery import Action, CallResume, intent_first, plan_redrive, resume_call
 from agentfleet.loop.states import RunState
 
 
@@ -81,3 +81,16 @@ def test_a_call_with_an_outcome_is_never_run_again_and_a_carried_outcome_is_comm
         assert how(done, carried=True, answered=True, delegation=True) == CallResume.STORED
     assert how(carried=True, answered=True, delegation=True) == CallResume.CARRIED  # ran before an outage
     assert how(answered=True, delegation=True) == CallResume.ANSWERED  # denied: no child run starts
+
+
+def test_only_a_repeatable_call_that_runs_on_its_first_delivery_goes_without_an_intent() -> None:
+    def first(**changed: bool) -> bool:
+        facts = dict(repeatable=True, first_delivery=True, carried=False, answered=False, delegation=False)
+        return intent_first(**{**facts, **changed})
+
+    assert first() is False  # nothing to find, nothing lost: its step is written, finished, with the commit
+    assert first(repeatable=False) is True  # a call that must not run twice: its intent before it runs
+    assert first(first_delivery=False) is True  # maybe after an attempt that crashed its worker: counted
+    assert first(carried=True) is True  # ran before an outage: its step holds what to commit
+    assert first(answered=True) is True  # denied or answered by a person: recorded, not run
+    assert first(delegation=True) is True  # a child run: its step says so

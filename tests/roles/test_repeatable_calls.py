@@ -1,0 +1,84 @@
+"""A call of a tool that may run again with no harm (idempotent, which read-only tools are) writes nothing before it
+runs, the first time it is delivered: its step is written once, finished, with the handling's commit (one round trip,
+where an intent first made two; issue 23). A redelivered call, which may follow a worker the call took down, writes
+its intent first as before, so the attempts that crash a worker are still counted; a call of any other tool always
+does."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from agentfleet.config.settings import get_settings
+from agentfleet.hooks.base import current_step
+from agentfleet.roles.step import Step
+from agentfleet.workers.embedded import InProcessFleet
+from tests.helpers import wait_for_run
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def fleet(distributed_env: dict[str, str]) -> Iterator[InProcessFleet]:
+    with InProcessFleet(get_settings()) as running:
+        yield running
+
+
+def _executor_round_trips(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """Round trips to Postgres made in each executor handling of a call, by the event's id."""
+    from agentfleet.store import sql
+
+    counted: dict[str, int] = {}
+    round_trip = sql._round_trip
+
+    def counting(conn: Any, dbapi: Any, statements: Any, rows: bool) -> Any:
+        step = current_step()
+        if step is not None and step.role == "executor" and step.event_type == "tool.requested":
+            counted[step.event_id] = counted.get(step.event_id, 0) + 1
+        return round_trip(conn, dbapi, statements, rows)
+
+    monkeypatch.setattr(sql, "_round_trip", counting)
+    return counted
+
+
+def test_a_repeatable_call_delivered_once_is_one_round_trip_and_its_step_is_finished(
+        fleet: InProcessFleet, monkeypatch: pytest.MonkeyPatch) -> None:
+    counted = _executor_round_trips(monkeypatch)
+    run = wait_for_run(fleet.store, fleet.submit({"agent": "stepper", "input": {}}))
+    assert run.result and run.result["error_code"] == "MAX_STEPS", run.result
+    assert sorted(counted.values()) == [1, 1, 1], counted
+    tools = [s for s in fleet.store.steps(run.run_id) if s["kind"] == "tool"]
+    assert [(s["status"], s["attempts"], s["input"], s["output"]["output"]["text"]) for s in tools] == [
+        ("succeeded", 1, {"text": f"t{i}"}, f"t{i}") for i in range(3)]
+    assert all(s["worker"] and s["started_at"] <= s["finished_at"] and s["duration_ms"] >= 0 for s in tools), tools
+
+
+def test_any_other_call_writes_its_intent_before_it_runs(fleet: InProcessFleet,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    counted = _executor_round_trips(monkeypatch)
+    run = wait_for_run(fleet.store, fleet.submit({"agent": "single", "input": {}}))
+    assert run.result and run.result["status"] == "succeeded", run.result
+    assert sorted(counted.values()) == [2], counted
+
+
+def test_a_redelivered_repeatable_call_writes_its_intent_first(fleet: InProcessFleet,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """As if every call had been delivered before, to a worker that died: its intent goes first, and counts the
+    attempt that may have died without writing one."""
+    original = Step.__init__
+
+    def redelivered(self: Step, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        if self.role == "executor":
+            self.redelivered, self.first_delivery = True, False
+
+    monkeypatch.setattr(Step, "__init__", redelivered)
+    counted = _executor_round_trips(monkeypatch)
+    run = wait_for_run(fleet.store, fleet.submit({"agent": "stepper", "input": {}}))
+    assert run.result and run.result["error_code"] == "MAX_STEPS", run.result
+    assert sorted(counted.values()) == [2, 2, 2], counted
+    tools = [s for s in fleet.store.steps(run.run_id) if s["kind"] == "tool"]
+    # Each counted as its second attempt: a first that wrote nothing may have run, and taken its worker down.
+    assert [(s["status"], s["attempts"]) for s in tools] == [("succeeded", 2)] * 3
