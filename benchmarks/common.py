@@ -47,6 +47,7 @@ class Sizes:
     floor_burst: int = 1000
     growth_iterations: int = 200
     growth_turn_chars: int = 4000  # about 1,000 tokens
+    long_run_iterations: int = 1000  # one plain run, its first tenth timed against its last (issue 23)
     recovery_kills: int = 20
     parked_runs: int = 10_000
     approval_runs: int = 1_000
@@ -62,7 +63,7 @@ class Sizes:
     def quick(cls) -> Sizes:
         return cls(overhead_iterations=40, floor_chains=40, peer_iterations=40, throughput_workers=(1, 2),
                    throughput_runs=16, throughput_iterations=5, floor_burst=200, growth_iterations=40,
-                   recovery_kills=3, parked_runs=300, approval_runs=300, profile_iterations=60,
+                   long_run_iterations=200, recovery_kills=3, parked_runs=300, approval_runs=300, profile_iterations=60,
                    waiting_parents=40, retention_runs=1_000, retention_load=50,
                    schedule_minutes=1.0, console_runs=10_000)
 
@@ -70,8 +71,8 @@ class Sizes:
     def tiny(cls) -> Sizes:
         return cls(overhead_iterations=3, floor_chains=3, peer_iterations=3, throughput_workers=(1,),
                    throughput_runs=2, throughput_iterations=2, floor_burst=10, growth_iterations=4,
-                   growth_turn_chars=100, recovery_kills=1, parked_runs=5, approval_runs=4, profile_iterations=60,
-                   waiting_parents=4, retention_runs=40, retention_load=4,
+                   long_run_iterations=20, growth_turn_chars=100, recovery_kills=1, parked_runs=5, approval_runs=4,
+                   profile_iterations=60, waiting_parents=4, retention_runs=40, retention_load=4,
                    schedule_minutes=0.1, schedule_every_s=2, console_runs=200)
 
 

@@ -1,4 +1,5 @@
-"""Checkpoint growth: bytes stored per iteration as a long run with fat model turns grows."""
+"""Checkpoint growth: bytes stored per iteration as a long run with fat model turns grows; and whether an iteration
+takes longer late in a long plain run than early in it (issue 23: first 10% against last 10%, within 10%)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import statistics
 from sqlalchemy import text
 
 from benchmarks.common import ONE_EACH, Report, Sizes, fleet
+from benchmarks.suites.overhead import iteration_times_ms
 
 SUITE = "growth"
 
@@ -24,6 +26,8 @@ def run(sizes: Sizes, report: Report) -> None:
             processed = conn.execute(text("SELECT coalesce(sum(pg_column_size(p.*)), 0) FROM processed_events p"))
             processed_bytes = int(processed.scalar_one())
         transcript = sum(len(m.model_dump_json()) for m in f.store.transcript(run_id))
+        long_id = f.run("bench_loop", {"iterations": sizes.long_run_iterations + 1})
+        times = iteration_times_ms(f.store, long_id)
     ordered = [per_iter[i] for i in sorted(per_iter)][:-1]  # the last iteration is the final answer
     tenth = max(1, len(ordered) // 10)
     first, last = statistics.mean(ordered[:tenth]), statistics.mean(ordered[-tenth:])
@@ -35,3 +39,8 @@ def run(sizes: Sizes, report: Report) -> None:
     report.add(SUITE, "stored_bytes_total", stored)
     report.add(SUITE, "transcript_bytes", transcript)
     report.add(SUITE, "stored_over_transcript", round(stored / transcript, 2), f"{stored / transcript:.2f}×")
+    tenth_of_run = max(1, len(times) // 10)
+    early, late = statistics.median(times[:tenth_of_run]), statistics.median(times[-tenth_of_run:])
+    report.add(SUITE, "long_run_iterations", sizes.long_run_iterations)
+    report.add(SUITE, "long_run_first_last_10pct_median_ms", [round(early, 2), round(late, 2)])
+    report.add(SUITE, "long_run_last_over_first", round(late / early, 3), f"{late / early:.2f} (flat = 1.00)")

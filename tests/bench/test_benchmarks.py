@@ -42,6 +42,10 @@ def test_each_benchmark_suite_runs_on_a_tiny_size(suite: str) -> None:
             assert cpu["workers"] > 0, f"{name}: the workers under test were not found"
     if suite == "growth":
         assert figures["iterations"] == sizes.growth_iterations
+        # the check: one long run's first and last tenth, timed (plan to plan), and their ratio
+        assert figures["long_run_iterations"] == sizes.long_run_iterations
+        first, last = figures["long_run_first_last_10pct_median_ms"]
+        assert first > 0 and last > 0 and figures["long_run_last_over_first"] == round(last / first, 3)
     if suite == "recovery":
         assert figures["kills"] == 1
     if suite == "in_flight":
