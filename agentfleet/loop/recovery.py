@@ -115,10 +115,22 @@ def resume_call(*, status: str, delegated: str, carried: bool, answered: bool, d
     return CallResume.DELEGATE if delegation else CallResume.RUN
 
 
-def intent_first(*, repeatable: bool, first_delivery: bool, carried: bool, answered: bool, delegation: bool) -> bool:
+# A call goes without an intent only if its longest handling (a resource lock waited for up to the tool's timeout,
+# then the call for as long again) fits this many times in the time after which the sweeper takes a run with no
+# step held for stalled, and sends its call again.
+STALL_OVER_LONGEST_CALL = 2.0
+
+
+def intent_first(*, repeatable: bool, first_delivery: bool, carried: bool, answered: bool, delegation: bool,
+                 timeout_s: float, stall_after_s: float) -> bool:
     """Whether a tool call's intent is written before it runs. Only a call that runs (nothing carried, answered or
     delegated) of a tool that may run again with no harm (``repeatable``), on the message's first delivery, goes
     without: there is no earlier attempt to find, and one that dies mid-call is redelivered, marked so, and that
     attempt writes its intent first, which counts it toward the limit on attempts that crash their worker. Its step
-    is written once, finished, with the handling's commit (DBOS's way with a step: checkpointed after it ran)."""
-    return not (repeatable and first_delivery and not carried and not answered and not delegation)
+    is written once, finished, with the handling's commit (DBOS's way with a step: checkpointed after it ran).
+
+    A call that goes without holds no step either, so the sweeper cannot tell it is running: only a tool whose
+    timeout (``timeout_s``) ends it well before the sweeper would call its run stalled (``stall_after_s``) goes
+    without; a longer one is held, and a run waiting on it is not sent its call again."""
+    short = 2 * timeout_s * STALL_OVER_LONGEST_CALL <= stall_after_s
+    return not (repeatable and short and first_delivery and not carried and not answered and not delegation)

@@ -50,10 +50,13 @@ def on_tool_requested(step: Step) -> list[Envelope]:
         cleared = approvals.clear(step, req, mine=lambda: bool(held))
         if isinstance(cleared, list):
             return cleared  # parked for a person: nothing ran
-        repeatable, started_at = _repeatable(step, req), now()
+        tool, started_at = _tool_of(step, req), now()
+        repeatable = tool is not None and tool.idempotent  # may run again with no harm: its intent need not be durable
         record: StepRecord | None = None
         if intent_first(repeatable=repeatable, first_delivery=step.first_delivery, carried=step.carried is not None,
-                        answered=cleared.answer is not None, delegation=delegation.is_delegation(step, req)):
+                        answered=cleared.answer is not None, delegation=delegation.is_delegation(step, req),
+                        timeout_s=tool.effective_timeout_s(step.rt.settings) if tool is not None else float("inf"),
+                        stall_after_s=step.rt.settings.stall_after_s):
             # The intent must reach the disk before a call that may not run twice; a repeatable call's may not. A
             # redelivered repeatable call with no intent yet may follow a first attempt that wrote none and took its
             # worker down: counted as one (2 if the intent is new), so a call that crashes every worker is stopped
@@ -143,13 +146,6 @@ def _tool_of(step: Step, req: ToolRequested) -> Tool | None:
     """The called tool, when the agent is loaded here and has one by that name."""
     agent = step.rt.agent(req.agent)
     return agent.tool(req.call.name) if agent else None
-
-
-def _repeatable(step: Step, req: ToolRequested) -> bool:
-    """The call's tool may run again with no harm (idempotent, which read-only tools are): its intent need not be
-    durable."""
-    tool = _tool_of(step, req)
-    return tool is not None and tool.idempotent
 
 
 def _call_info(step: Step, req: ToolRequested, attempt: int, ran: bool) -> ToolCallInfo:

@@ -32,13 +32,14 @@ class ToolOptions(BaseModel):
     check's name) decides fleet-wide whether the tool is offered; ``fallback`` names the agent's tool offered in its
     place while it is down. ``idempotent``: a call may run again with no harm (after a worker died mid-call, or
     beside a rare duplicate delivery), so it runs again where another tool's outcome would be UNKNOWN_OUTCOME, and
-    its first attempt writes no intent before it runs. ``read_only`` tools are idempotent and their results are
-    cached for ``cache_ttl_s``. ``lock`` is a resource held while a call runs, built from its arguments
-    (``"ticket:{ticket_id}"``). ``requires_approval`` (True, or a function of the arguments returning whether to
-    ask) parks each call until a person approves or denies it; an unanswered request is denied after
-    ``approval_expires_s``. ``large_output="artifact"`` keeps a result over ``response_limit`` as an artifact and
-    shows the model its head (``"refuse"``: RESPONSE_TOO_LARGE). ``queue`` sends its calls to the executors that
-    consume that queue only (``agentfleet worker executor --queues gpu``); while none does, the tool is not offered."""
+    its first attempt writes no intent before it runs when its timeout is short of the sweeper's patience.
+    ``read_only`` tools are idempotent and their results are cached for ``cache_ttl_s``. ``lock`` is a resource held
+    while a call runs, built from its arguments (``"ticket:{ticket_id}"``). ``requires_approval`` (True, or a
+    function of the arguments returning whether to ask) parks each call until a person approves or denies it; an
+    unanswered request is denied after ``approval_expires_s``. ``large_output="artifact"`` keeps a result over
+    ``response_limit`` as an artifact and shows the model its head (``"refuse"``: RESPONSE_TOO_LARGE). ``queue``
+    sends its calls to the executors that consume that queue only (``agentfleet worker executor --queues gpu``);
+    while none does, the tool is not offered."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
 

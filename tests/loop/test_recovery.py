@@ -86,7 +86,7 @@ def test_a_call_with_an_outcome_is_never_run_again_and_a_carried_outcome_is_comm
 def test_only_a_repeatable_call_that_runs_on_its_first_delivery_goes_without_an_intent() -> None:
     def first(**changed: bool) -> bool:
         facts = dict(repeatable=True, first_delivery=True, carried=False, answered=False, delegation=False)
-        return intent_first(**{**facts, **changed})
+        return intent_first(**{**facts, **changed}, timeout_s=30.0, stall_after_s=120.0)
 
     assert first() is False  # nothing to find, nothing lost: its step is written, finished, with the commit
     assert first(repeatable=False) is True  # a call that must not run twice: its intent before it runs
@@ -94,3 +94,16 @@ def test_only_a_repeatable_call_that_runs_on_its_first_delivery_goes_without_an_
     assert first(carried=True) is True  # ran before an outage: its step holds what to commit
     assert first(answered=True) is True  # denied or answered by a person: recorded, not run
     assert first(delegation=True) is True  # a child run: its step says so
+
+
+def test_a_call_that_may_outlast_the_sweepers_patience_is_held_while_it_runs() -> None:
+    """A call with no intent holds no step: the sweeper would take its run, quiet that long, for stalled and send the
+    call again. Only a tool whose timeout ends it well before then goes without (a resource lock waited for up to the
+    timeout, then the call as long again, twice over)."""
+    def first(timeout_s: float, stall_after_s: float = 120.0) -> bool:
+        return intent_first(repeatable=True, first_delivery=True, carried=False, answered=False, delegation=False,
+                            timeout_s=timeout_s, stall_after_s=stall_after_s)
+
+    assert first(30.0) is False and first(1.0) is False
+    assert first(31.0) is True and first(3600.0) is True
+    assert first(30.0, stall_after_s=100.0) is True

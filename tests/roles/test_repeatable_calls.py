@@ -82,3 +82,16 @@ def test_a_redelivered_repeatable_call_writes_its_intent_first(fleet: InProcessF
     tools = [s for s in fleet.store.steps(run.run_id) if s["kind"] == "tool"]
     # Each counted as its second attempt: a first that wrote nothing may have run, and taken its worker down.
     assert [(s["status"], s["attempts"]) for s in tools] == [("succeeded", 2)] * 3
+
+
+def test_a_repeatable_call_that_may_outlast_the_sweepers_patience_writes_its_intent_first(
+        distributed_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """slow_echo's timeout is the fleet's default, 30 s: with the sweeper calling a run stalled after 100 s, a call
+    waiting that long for a resource and then running as long again would come near it. Held, it is seen running."""
+    monkeypatch.setenv("AGENTFLEET_STALL_AFTER_S", "100")
+    get_settings.cache_clear()
+    with InProcessFleet(get_settings()) as fleet:
+        counted = _executor_round_trips(monkeypatch)
+        run = wait_for_run(fleet.store, fleet.submit({"agent": "stepper", "input": {}}))
+    assert run.result and run.result["error_code"] == "MAX_STEPS", run.result
+    assert sorted(counted.values()) == [2, 2, 2], counted
