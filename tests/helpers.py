@@ -250,3 +250,22 @@ def call_ctx(workspace: Path, call_id: str = "c") -> Any:
     from agentfleet import ToolContext
 
     return ToolContext(run_id="r", call_id=call_id, idempotency_key=f"k-{call_id}", workspace=workspace.resolve())
+
+
+def count_round_trips(monkeypatch: pytest.MonkeyPatch, role: str, *event_types: str) -> dict[str, int]:
+    """Round trips to Postgres made in each handling by ``role`` of an event of these types, by the event's id (filled
+    in as the handlings run)."""
+    from agentfleet.hooks.base import current_step
+    from agentfleet.store import sql
+
+    counted: dict[str, int] = {}
+    round_trip = sql._round_trip
+
+    def counting(conn: Any, dbapi: Any, statements: Any, rows: bool) -> Any:
+        step = current_step()
+        if step is not None and step.role == role and step.event_type in event_types:
+            counted[step.event_id] = counted.get(step.event_id, 0) + 1
+        return round_trip(conn, dbapi, statements, rows)
+
+    monkeypatch.setattr(sql, "_round_trip", counting)
+    return counted

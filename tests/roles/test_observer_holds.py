@@ -20,7 +20,7 @@ from agentfleet.roles.runs_left import RunsLeft
 from agentfleet.store.runs import Runs
 from agentfleet.store.transcript import Transcripts
 from agentfleet.workers.embedded import InProcessFleet
-from tests.helpers import wait_for_run
+from tests.helpers import count_round_trips, wait_for_run
 
 pytestmark = pytest.mark.integration
 
@@ -29,23 +29,6 @@ pytestmark = pytest.mark.integration
 def fleet(distributed_env: dict[str, str]) -> Iterator[InProcessFleet]:
     with InProcessFleet(get_settings()) as running:
         yield running
-
-
-def _observer_round_trips(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
-    """Round trips to Postgres made in each observer handling of a tool's result, by the event's id."""
-    from agentfleet.store import sql
-
-    counted: dict[str, int] = {}
-    round_trip = sql._round_trip
-
-    def counting(conn: Any, dbapi: Any, statements: Any, rows: bool) -> Any:
-        step = current_step()
-        if step is not None and step.role == "observer" and step.event_type in ("tool.completed", "tool.failed"):
-            counted[step.event_id] = counted.get(step.event_id, 0) + 1
-        return round_trip(conn, dbapi, statements, rows)
-
-    monkeypatch.setattr(sql, "_round_trip", counting)
-    return counted
 
 
 class _MapPerRole:
@@ -76,7 +59,7 @@ def test_a_lone_calls_result_fans_in_on_the_run_as_known_in_one_round_trip(
     moved on as the planner's commit vouches (``RunLeft.from_version``); the first iteration is read."""
     if map_per_role:
         monkeypatch.setattr(fleet.runtime, "runs_left", _MapPerRole())
-    counted = _observer_round_trips(monkeypatch)
+    counted = count_round_trips(monkeypatch, "observer", "tool.completed", "tool.failed")
     run = _ended_at_max_steps(fleet)
     assert sorted(counted.values()) == round_trips, counted
     assert run.steps_used == 3
@@ -103,7 +86,7 @@ def test_a_run_changed_since_the_planners_commit_is_read_and_fanned_in_as_it_is(
         return original(self, conn, run)
 
     monkeypatch.setattr(Runs, "hold_run", changed_first)
-    counted = _observer_round_trips(monkeypatch)
+    counted = count_round_trips(monkeypatch, "observer", "tool.completed", "tool.failed")
     run = _ended_at_max_steps(fleet)
     assert len(held) == len(counted) == 3, "each result found the run changed since the planner's commit"
     assert (run.reserved_tokens, run.reserved_steps) == (3 * child.tokens, 3 * child.steps)

@@ -15,7 +15,7 @@ from sqlalchemy.exc import OperationalError
 from agentfleet.config.settings import get_settings
 from agentfleet.fleet.dispatch import ToolDispatch
 from agentfleet.workers.embedded import InProcessFleet
-from tests.helpers import wait_for_run
+from tests.helpers import count_round_trips, wait_for_run
 
 pytestmark = pytest.mark.integration
 
@@ -81,31 +81,13 @@ def test_a_run_whose_spend_changes_during_its_model_call_commits_its_turns_on_th
     assert run.result["usage"]["input_tokens"] == run.input_tokens
 
 
-def _planner_round_trips(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
-    """Round trips to Postgres made in each planner handling of an observation, by the event's id."""
-    from agentfleet.hooks.base import current_step
-    from agentfleet.store import sql
-
-    counted: dict[str, int] = {}
-    round_trip = sql._round_trip
-
-    def counting(conn: Any, dbapi: Any, statements: Any, rows: bool) -> Any:
-        step = current_step()
-        if step is not None and step.role == "planner" and step.event_type == "observation.recorded":
-            counted[step.event_id] = counted.get(step.event_id, 0) + 1
-        return round_trip(conn, dbapi, statements, rows)
-
-    monkeypatch.setattr(sql, "_round_trip", counting)
-    return counted
-
-
 def test_a_planner_takes_the_run_as_its_last_commit_left_it_without_reading_it(
         fleet: InProcessFleet, monkeypatch: pytest.MonkeyPatch) -> None:
     """After the first iteration the planner knows the run: its own last commit sent it to its tools, and the observer's
     move to OBSERVING is all that came after. It holds the run as that, with the step's lock, in its first
     transaction's COMMIT: two round trips for an iteration (three when it read the run first); as many for the
     iteration the step budget ends (its end and, the lock's answer not known before that COMMIT, the lock let go)."""
-    counted = _planner_round_trips(monkeypatch)
+    counted = count_round_trips(monkeypatch, "planner", "observation.recorded")
     run_id = fleet.submit({"agent": "stepper", "input": {}})
     run = wait_for_run(fleet.store, run_id)
     assert run.result and run.result["error_code"] == "MAX_STEPS", run.result
@@ -135,7 +117,7 @@ def test_a_run_changed_since_the_planners_last_commit_is_read_and_planned_on_as_
         return original(self, conn, run, hold)
 
     monkeypatch.setattr(Runs, "hold_and_lock", changed_first)
-    counted = _planner_round_trips(monkeypatch)
+    counted = count_round_trips(monkeypatch, "planner", "observation.recorded")
     run_id = fleet.submit({"agent": "stepper", "input": {}})
     run = wait_for_run(fleet.store, run_id)
     assert run.result and run.result["error_code"] == "MAX_STEPS", run.result

@@ -12,10 +12,9 @@ from typing import Any
 import pytest
 
 from agentfleet.config.settings import get_settings
-from agentfleet.hooks.base import current_step
 from agentfleet.roles.step import Step
 from agentfleet.workers.embedded import InProcessFleet
-from tests.helpers import wait_for_run
+from tests.helpers import count_round_trips, wait_for_run
 
 pytestmark = pytest.mark.integration
 
@@ -26,26 +25,9 @@ def fleet(distributed_env: dict[str, str]) -> Iterator[InProcessFleet]:
         yield running
 
 
-def _executor_round_trips(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
-    """Round trips to Postgres made in each executor handling of a call, by the event's id."""
-    from agentfleet.store import sql
-
-    counted: dict[str, int] = {}
-    round_trip = sql._round_trip
-
-    def counting(conn: Any, dbapi: Any, statements: Any, rows: bool) -> Any:
-        step = current_step()
-        if step is not None and step.role == "executor" and step.event_type == "tool.requested":
-            counted[step.event_id] = counted.get(step.event_id, 0) + 1
-        return round_trip(conn, dbapi, statements, rows)
-
-    monkeypatch.setattr(sql, "_round_trip", counting)
-    return counted
-
-
 def test_a_repeatable_call_delivered_once_is_one_round_trip_and_its_step_is_finished(
         fleet: InProcessFleet, monkeypatch: pytest.MonkeyPatch) -> None:
-    counted = _executor_round_trips(monkeypatch)
+    counted = count_round_trips(monkeypatch, "executor", "tool.requested")
     run = wait_for_run(fleet.store, fleet.submit({"agent": "stepper", "input": {}}))
     assert run.result and run.result["error_code"] == "MAX_STEPS", run.result
     assert sorted(counted.values()) == [1, 1, 1], counted
@@ -57,7 +39,7 @@ def test_a_repeatable_call_delivered_once_is_one_round_trip_and_its_step_is_fini
 
 def test_any_other_call_writes_its_intent_before_it_runs(fleet: InProcessFleet,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    counted = _executor_round_trips(monkeypatch)
+    counted = count_round_trips(monkeypatch, "executor", "tool.requested")
     run = wait_for_run(fleet.store, fleet.submit({"agent": "single", "input": {}}))
     assert run.result and run.result["status"] == "succeeded", run.result
     assert sorted(counted.values()) == [2], counted
@@ -75,7 +57,7 @@ def test_a_redelivered_repeatable_call_writes_its_intent_first(fleet: InProcessF
             self.redelivered, self.first_delivery = True, False
 
     monkeypatch.setattr(Step, "__init__", redelivered)
-    counted = _executor_round_trips(monkeypatch)
+    counted = count_round_trips(monkeypatch, "executor", "tool.requested")
     run = wait_for_run(fleet.store, fleet.submit({"agent": "stepper", "input": {}}))
     assert run.result and run.result["error_code"] == "MAX_STEPS", run.result
     assert sorted(counted.values()) == [2, 2, 2], counted
@@ -91,7 +73,7 @@ def test_a_repeatable_call_that_may_outlast_the_sweepers_patience_writes_its_int
     monkeypatch.setenv("AGENTFLEET_STALL_AFTER_S", "100")
     get_settings.cache_clear()
     with InProcessFleet(get_settings()) as fleet:
-        counted = _executor_round_trips(monkeypatch)
+        counted = count_round_trips(monkeypatch, "executor", "tool.requested")
         run = wait_for_run(fleet.store, fleet.submit({"agent": "stepper", "input": {}}))
     assert run.result and run.result["error_code"] == "MAX_STEPS", run.result
     assert sorted(counted.values()) == [2, 2, 2], counted
