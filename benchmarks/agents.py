@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 import string
 import time
@@ -44,9 +45,15 @@ def noop(step: int) -> dict:
     return {"step": step}
 
 
+NAPPING = "nap-{run_id}.pids"  # in the workspace: the pid of each process that began a nap of the run, a line each
+
+
 @tool(idempotent=True)
-def nap(seconds: float, step: int = 0) -> dict:
-    """Sleep, so a worker can be killed mid-step; idempotent, so it is run again after a kill."""
+def nap(ctx: ToolContext, seconds: float, step: int = 0) -> dict:
+    """Sleep, so a worker can be killed mid-step; idempotent, so it is run again after a kill. Says which process
+    naps (``NAPPING``): its first attempt writes no intent, so the steps table cannot say who runs it."""
+    with ctx.resolve(NAPPING.format(run_id=ctx.run_id)).open("a") as pids:
+        pids.write(f"{os.getpid()}\n")
     time.sleep(seconds)
     return {"slept": seconds}
 

@@ -4,8 +4,10 @@ Its one real tool appends a row to the ``chaos_ledger`` table of the fleet's own
 in its own transaction, half-way through a call that sleeps on both sides of the write:
 a worker killed in the first half never wrote, one killed in the second half wrote but
 never recorded the step's outcome. The table has no unique constraint on purpose: a
-second execution of one call is counted, never hidden. Its model is scripted: two calls
-in parallel, then one more, then the final answer with what the tools said.
+second execution of one call is counted, never hidden. Beside the third write it reads the
+ledger (``ledger_read``: idempotent, so its first attempt writes no intent, and a kill mid-read
+runs it again). Its model is scripted: two calls in parallel, then a write and a read, then
+the final answer with what the tools said.
 
 ``chaos_graph`` makes the same writes as a graph (``agentfleet chaos --agent chaos_graph``): nodes ``a`` and ``b``
 at once, joined into ``c``. A node whose write's outcome is unknown (its worker died mid-call) is skipped, never
@@ -20,7 +22,7 @@ import time
 from typing import Annotated, Any
 
 from pydantic import BaseModel, Field
-from sqlalchemy import Column, DateTime, Engine, Integer, MetaData, String, Table, func, insert
+from sqlalchemy import Column, DateTime, Engine, Integer, MetaData, String, Table, func, insert, select
 
 from agentfleet import (
     END,
@@ -78,6 +80,16 @@ def ledger_write(ctx: ToolContext, entry: Annotated[str, Field(max_length=100)],
     return {"written": entry}
 
 
+@tool(idempotent=True, timeout_s=20)
+def ledger_read(ctx: ToolContext, delay_s: Annotated[float, Field(ge=0, le=10)] = 0.4) -> dict[str, Any]:
+    """Count the run's ledger rows (no side effect: run again after a kill, never UNKNOWN_OUTCOME)."""
+    time.sleep(delay_s / 2)
+    with ledger_engine().connect() as conn:
+        rows = conn.execute(select(func.count()).select_from(ledger).where(ledger.c.run_id == ctx.run_id)).scalar()
+    time.sleep(delay_s / 2)
+    return {"rows": int(rows or 0)}
+
+
 def _first(request: ModelRequest) -> ModelTurn:
     delay = float(request.goal.get("delay_s", 0.4))
     return ScriptedModel.calls(ToolCall(id="a", name="ledger_write", arguments={"entry": "a", "delay_s": delay}),
@@ -86,7 +98,8 @@ def _first(request: ModelRequest) -> ModelTurn:
 
 def _second(request: ModelRequest) -> ModelTurn:
     delay = float(request.goal.get("delay_s", 0.4))
-    return ScriptedModel.calls(ToolCall(id="c", name="ledger_write", arguments={"entry": "c", "delay_s": delay}))
+    return ScriptedModel.calls(ToolCall(id="c", name="ledger_write", arguments={"entry": "c", "delay_s": delay}),
+                               ToolCall(id="r", name="ledger_read", arguments={"delay_s": delay}))
 
 
 def _answer(request: ModelRequest) -> ModelTurn:
@@ -96,13 +109,13 @@ def _answer(request: ModelRequest) -> ModelTurn:
 
 chaos_ledger = Agent(
     "chaos_ledger",
-    instructions="Write two ledger entries at once, then a third, then report what the tools said.",
+    instructions="Write two ledger entries at once, then a third beside a read, then report what the tools said.",
     model=ScriptedModel([_first, _second, _answer], name="scripted:chaos-ledger"),
     goal_schema={"type": "object", "properties": {"n": {"type": "integer"},
                                                   "delay_s": {"type": "number", "minimum": 0, "maximum": 10}},
                  "additionalProperties": False},
     result_schema={"type": "object", "properties": {"results": {"type": "array"}}, "required": ["results"]},
-    tools=[ledger_write],
+    tools=[ledger_write, ledger_read],
     limits=Limits(max_steps=6, deadline_s=600),
 )
 
