@@ -52,9 +52,10 @@ def on_tool_requested(step: Step) -> list[Envelope]:
             return cleared  # parked for a person: nothing ran
         tool, started_at = _tool_of(step, req), now()
         repeatable = tool is not None and tool.idempotent  # may run again with no harm: its intent need not be durable
+        facts = dict(carried=step.carried is not None, answered=cleared.answer is not None,
+                     delegation=delegation.is_delegation(step, req))
         record: StepRecord | None = None
-        if intent_first(repeatable=repeatable, first_delivery=step.first_delivery, carried=step.carried is not None,
-                        answered=cleared.answer is not None, delegation=delegation.is_delegation(step, req),
+        if intent_first(repeatable=repeatable, first_delivery=step.first_delivery, **facts,
                         timeout_s=tool.effective_timeout_s(step.rt.settings) if tool is not None else float("inf"),
                         stall_after_s=step.rt.settings.stall_after_s):
             # The intent must reach the disk before a call that may not run twice; a repeatable call's may not. A
@@ -68,8 +69,7 @@ def on_tool_requested(step: Step) -> list[Envelope]:
             )
             if record is None:
                 raise InFlight(f"tool step {key} is running elsewhere")
-            how = resume_call(status=record.status, delegated=delegation.DELEGATED, carried=step.carried is not None,
-                              answered=cleared.answer is not None, delegation=delegation.is_delegation(step, req))
+            how = resume_call(status=record.status, delegated=delegation.DELEGATED, **facts)
         else:  # nothing written before it runs, and no holder: its step is written, finished, with the commit
             if isinstance(held, StepHold):
                 held.forgo()
@@ -121,10 +121,10 @@ def on_tool_requested(step: Step) -> list[Envelope]:
                                          refs=result.artifacts, payloads=result.payloads())
                 status, output = "succeeded" if result.ok else "failed", result.model_dump(mode="json")
                 if record is None:
-                    store.done_step(conn, key=key, run_id=step.env.run_id, iteration=req.iteration, kind="tool",
-                                    call_id=req.call.id, name=req.call.name, input=cleared.arguments,
-                                    worker=step.worker, status=status, output=output, started_at=started_at,
-                                    duration_ms=result.duration_ms)
+                    store.record_step(conn, key=key, run_id=step.env.run_id, iteration=req.iteration,
+                                      call_id=req.call.id, name=req.call.name, input=cleared.arguments,
+                                      worker=step.worker, status=status, output=output, started_at=started_at,
+                                      duration_ms=result.duration_ms)
                 else:
                     store.finish_step(conn, key, status=status, output=output, duration_ms=result.duration_ms)
                 events = step.commit(conn, [event, *domain])

@@ -38,8 +38,8 @@ HELD_BEGIN_STEP = Sql(
     json=frozenset({"input"}), times=frozenset({"at"}), result=(None, None, None, "json", "json"), rows=True)
 STEP = Sql("SELECT status, attempts, output, input FROM steps WHERE idempotency_key = :key",
            result=(None, None, "json", "json"))
-# A step begun and finished at once: a repeatable call run before anything of it was written (``done_step``). An
-# intent a redelivered attempt left is finished by it; a finished step is left as it is.
+# A step begun and finished at once (``record_step``). An intent a redelivered attempt left is finished by it; a
+# finished step is left as it is.
 DONE_STEP = Sql(
     "INSERT INTO steps (idempotency_key, run_id, iteration, kind, call_id, name, status, attempts, input, output, "
     "worker, started_at, finished_at, duration_ms) VALUES (:key, :run_id, :iteration, :kind, :call_id, :name, "
@@ -132,27 +132,20 @@ class Steps(StoreBase):
                           input=recorded)
 
     def record_step(self, conn: Connection, *, key: str, run_id: str, iteration: int, call_id: str, name: str,
-                    input: Any, worker: str | None, status: str, output: Any) -> None:
-        """A step begun and finished at once, in the caller's transaction (a call the planner answers)."""
-        ts = now()
-        self._insert_ignore(conn, T.steps, dict(
-            idempotency_key=key, run_id=run_id, iteration=iteration, kind="tool", call_id=call_id, name=name,
-            status=status, attempts=1, input=input, output=output, worker=worker, started_at=ts, finished_at=ts,
-            duration_ms=0.0), ["idempotency_key"])
+                    input: Any, worker: str | None, status: str, output: Any, started_at: datetime | None = None,
+                    duration_ms: float = 0.0) -> None:
+        """A tool step begun and finished at once, in the caller's transaction, sent with its next statement (the
+        COMMIT): a call the planner answers, or one whose tool may run again with no harm and so ran before anything
+        of it was written (``roles/executor.py``). An intent a redelivered attempt left is finished by it; a finished
+        step is left as it is."""
+        at = now()
+        defer(conn, DONE_STEP, dict(key=key, run_id=run_id, iteration=iteration, kind="tool", call_id=call_id,
+                                    name=name, status=status, input=input, output=output, worker=worker,
+                                    started_at=started_at or at, at=at, duration_ms=duration_ms))
 
     def finish_step(self, conn: Connection, key: str, *, status: str, output: Any, duration_ms: float) -> None:
         defer(conn, FINISH_STEP, {"key": key, "status": status, "output": output, "at": now(),
                                   "duration_ms": duration_ms})
-
-    def done_step(self, conn: Connection, *, key: str, run_id: str, iteration: int, kind: str, call_id: str,
-                  name: str, input: Any, worker: str | None, status: str, output: Any, started_at: datetime,
-                  duration_ms: float) -> None:
-        """A step's intent and outcome at once, in the caller's transaction, sent with its next statement (the
-        COMMIT): for a call whose tool may run again with no harm, which therefore needs no intent before it runs
-        (``roles/executor.py``)."""
-        defer(conn, DONE_STEP, dict(key=key, run_id=run_id, iteration=iteration, kind=kind, call_id=call_id, name=name,
-                                    status=status, input=input, output=output, worker=worker, started_at=started_at,
-                                    at=now(), duration_ms=duration_ms))
 
     def steps(self, run_id: str) -> list[dict[str, Any]]:
         with self.reading() as conn:
