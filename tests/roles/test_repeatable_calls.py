@@ -77,3 +77,40 @@ def test_a_repeatable_call_that_may_outlast_the_sweepers_patience_writes_its_int
         run = wait_for_run(fleet.store, fleet.submit({"agent": "stepper", "input": {}}))
     assert run.result and run.result["error_code"] == "MAX_STEPS", run.result
     assert sorted(counted.values()) == [2, 2, 2], counted
+
+
+def test_a_repeatable_calls_result_known_when_the_database_went_away_is_committed_not_run_again(
+        fleet: InProcessFleet, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The call ran with nothing written, then its commit met a database gone away: its result rides in the retried
+    message (written then with an intent, as any carried result is), and the tool is not run a second time."""
+    from sqlalchemy.exc import OperationalError
+
+    from agentfleet.roles import executor
+
+    original_commit, original_attempt = Step.commit, executor._attempt
+    ran: list[str] = []
+    failed: list[str] = []
+    carried: list[str] = []
+
+    def attempt(step: Step, req: Any, n: int, arguments: Any) -> Any:
+        ran.append(req.call.id)
+        return original_attempt(step, req, n, arguments)
+
+    def commit(self: Step, conn: Any, events: Any) -> Any:
+        if self.role == "executor":
+            if self.carried is not None:
+                carried.append(self.env.event_id)
+            elif not failed:
+                failed.append(self.env.event_id)
+                raise OperationalError("COMMIT", {}, ConnectionError("server closed the connection unexpectedly"))
+        return original_commit(self, conn, events)
+
+    monkeypatch.setattr(executor, "_attempt", attempt)
+    monkeypatch.setattr(Step, "commit", commit)
+    run = wait_for_run(fleet.store, fleet.submit({"agent": "stepper", "input": {}}))
+    assert run.result and run.result["error_code"] == "MAX_STEPS", run.result
+    assert len(failed) == 1 and carried == failed, (failed, carried)
+    assert len(ran) == len(set(ran)) == 3, ran  # each call ran once: the carried result was committed
+    tools = [s for s in fleet.store.steps(run.run_id) if s["kind"] == "tool"]
+    assert [(s["status"], s["attempts"]) for s in tools] == [("succeeded", 1)] * 3
+    assert [s["output"]["output"]["text"] for s in tools] == ["t0", "t1", "t2"]
