@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import socket
 import subprocess
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -252,20 +253,55 @@ def call_ctx(workspace: Path, call_id: str = "c") -> Any:
     return ToolContext(run_id="r", call_id=call_id, idempotency_key=f"k-{call_id}", workspace=workspace.resolve())
 
 
-def count_round_trips(monkeypatch: pytest.MonkeyPatch, role: str, *event_types: str) -> dict[str, int]:
+class RoundTrips(dict[str, int]):
+    """Round trips by event id (``count_round_trips``), and the handlings counted that have not ended yet."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.running = 0
+        self.changed = threading.Condition()
+
+    def settled(self, timeout: float = 20.0) -> dict[str, int]:
+        """The counts once no counted handling is still running. A run's result is seen as its last handling
+        commits, and that handling may make a round trip after the COMMIT (a step lock let go): read before it ends,
+        the count would be one short."""
+        with self.changed:
+            if not self.changed.wait_for(lambda: self.running == 0, timeout):
+                raise AssertionError(f"{self.running} handling(s) still running after {timeout}s")
+            return dict(self)
+
+
+def count_round_trips(monkeypatch: pytest.MonkeyPatch, role: str, *event_types: str) -> RoundTrips:
     """Round trips to Postgres made in each handling by ``role`` of an event of these types, by the event's id (filled
-    in as the handlings run)."""
-    from agentfleet.hooks.base import current_step
+    in as the handlings run; read them with ``settled``)."""
+    from agentfleet.hooks.base import Hooks, current_step
     from agentfleet.store import sql
 
-    counted: dict[str, int] = {}
-    round_trip = sql._round_trip
+    counted = RoundTrips()
+    round_trip, step = sql._round_trip, Hooks.step
 
     def counting(conn: Any, dbapi: Any, statements: Any, rows: bool) -> Any:
-        step = current_step()
-        if step is not None and step.role == role and step.event_type in event_types:
-            counted[step.event_id] = counted.get(step.event_id, 0) + 1
+        current = current_step()
+        if current is not None and current.role == role and current.event_type in event_types:
+            with counted.changed:
+                counted[current.event_id] = counted.get(current.event_id, 0) + 1
         return round_trip(conn, dbapi, statements, rows)
 
+    @contextmanager
+    def watched(self: Hooks, info: Any) -> Iterator[Any]:
+        mine = info.role == role and info.event_type in event_types
+        if mine:
+            with counted.changed:
+                counted.running += 1
+        try:
+            with step(self, info) as watch:
+                yield watch
+        finally:
+            if mine:
+                with counted.changed:
+                    counted.running -= 1
+                    counted.changed.notify_all()
+
     monkeypatch.setattr(sql, "_round_trip", counting)
+    monkeypatch.setattr(Hooks, "step", watched)
     return counted

@@ -61,7 +61,7 @@ def test_a_lone_calls_result_fans_in_on_the_run_as_known_in_one_round_trip(
         monkeypatch.setattr(fleet.runtime, "runs_left", _MapPerRole())
     counted = count_round_trips(monkeypatch, "observer", "tool.completed", "tool.failed")
     run = _ended_at_max_steps(fleet)
-    assert sorted(counted.values()) == round_trips, counted
+    assert sorted(counted.settled().values()) == round_trips, counted
     assert run.steps_used == 3
 
 
@@ -88,11 +88,11 @@ def test_a_run_changed_since_the_planners_commit_is_read_and_fanned_in_as_it_is(
     monkeypatch.setattr(Runs, "hold_run", changed_first)
     counted = count_round_trips(monkeypatch, "observer", "tool.completed", "tool.failed")
     run = _ended_at_max_steps(fleet)
-    assert len(held) == len(counted) == 3, "each result found the run changed since the planner's commit"
+    assert len(held) == len(counted.settled()) == 3, "each result found the run changed since the planner's commit"
     assert (run.reserved_tokens, run.reserved_steps) == (3 * child.tokens, 3 * child.steps)
     assert run.reserved_cost_usd == pytest.approx(3 * child.cost_usd)
     # The failed hold's round trip (its COMMIT) and its ROLLBACK, then as a read run costs.
-    assert sorted(counted.values()) == [2 + 2] * 3, counted
+    assert sorted(counted.settled().values()) == [2 + 2] * 3, counted
 
 
 def test_a_result_recorded_already_is_the_one_fanned_in(fleet: InProcessFleet, monkeypatch: pytest.MonkeyPatch) -> None:
