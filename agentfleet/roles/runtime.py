@@ -49,6 +49,15 @@ class Runtime:
     def agent(self, name: str) -> Agent | None:
         return self.agents.get(name)
 
+    def close(self) -> None:
+        """Let go of the connections this runtime pooled (the database's and Redis's), once its workers have stopped:
+        a process that runs fleets one after another (a test suite, an app embedding one) must not keep each one's.
+        Used again, each reconnects. A database in SQLite's memory lives in its one connection: kept."""
+        url = self.store.engine.url
+        if url.get_backend_name() != "sqlite" or url.database not in (None, "", ":memory:"):
+            self.store.engine.dispose()
+        self.redis.client.close()
+
 
 def settings_of(app: Celery) -> Settings:
     return app.conf[SETTINGS_KEY]
@@ -100,6 +109,13 @@ def _rate_limit(settings: Settings) -> Callable[[Model], Model] | None:
         return None
     uri = "memory://" if settings.embedded else settings.redis_url
     return rate_limited(settings.model_rate_limits, uri, C.redis_key(settings.namespace, C.RATE_LIMIT_KEY))
+
+
+def close_runtime(app: Celery) -> None:
+    """``Runtime.close`` for the app's runtime, if one was made (a fleet stopped before it got that far has none)."""
+    existing = getattr(app, "_agentfleet_runtime", None)
+    if existing is not None:
+        existing.close()
 
 
 def share_runtime(app: Celery, runtime: Runtime) -> None:

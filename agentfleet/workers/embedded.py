@@ -22,7 +22,7 @@ from agentfleet.errors import AgentfleetError
 from agentfleet.events.contracts import Goal
 from agentfleet.models.base import Model
 from agentfleet.roles.admission import admit, check_conflict, goal_event
-from agentfleet.roles.runtime import PREFLIGHT_DONE_KEY, Runtime, runtime_for, share_runtime
+from agentfleet.roles.runtime import PREFLIGHT_DONE_KEY, Runtime, close_runtime, runtime_for, share_runtime
 from agentfleet.store import db
 from agentfleet.store.repository import Store
 from agentfleet.workers.app import add_tool_queues, create_app
@@ -146,6 +146,7 @@ class InProcessFleet:
         self._workers.clear()
         if stuck:
             log.warning("workers did not stop in time", extra={"workers": stuck})
+        close_runtime(self.app)
 
     def __enter__(self) -> InProcessFleet:
         return self.start()
