@@ -143,9 +143,12 @@ def notice(record: ApprovalRecord, *, as_requested: bool = False) -> ApprovalNot
 
 
 def tick(rt: Runtime, at: datetime | None = None) -> tuple[int, int]:
-    """Expire what has waited too long and send answers nobody acted on; (expired, re-sent)."""
+    """Expire what has waited too long and send answers nobody acted on; (expired, re-sent).
+
+    Every observer looks every ``approval_poll_s``, most often to find nothing: the look is one handling (one pooled
+    connection for the fleet-wide lock, both reads and any expiry), not a connection for each."""
     at = at or now()
-    with rt.store.step_lock(APPROVALS_LOCK) as claimed:
+    with rt.store.handling(), rt.store.step_lock(APPROVALS_LOCK) as claimed:
         if not claimed:
             return 0, 0
         expired = 0
