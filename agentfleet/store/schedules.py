@@ -14,7 +14,10 @@ from agentfleet.errors import ConfigurationError
 from agentfleet.store import tables as T
 from agentfleet.store.base import StoreBase
 from agentfleet.store.records import as_utc, now
-from agentfleet.store.sql import POSTGRES
+from agentfleet.store.sql import POSTGRES, Sql, execute
+
+# Asked every ``schedule_poll_s`` in every observer, most often of no schedule at all: built once.
+_ANY_DUE = Sql("SELECT schedule_id FROM schedules WHERE NOT paused AND next_at <= :at LIMIT 1", times=frozenset({"at"}))
 
 
 def _row(row: Any) -> dict[str, Any]:
@@ -69,7 +72,7 @@ class Schedules(StoreBase):
         s = T.schedules.c
         stmt = select(T.schedules).where(~s.paused, s.next_at <= at).order_by(s.next_at).limit(limit)
         with self.reading() as conn:  # most passes find nothing: a read, no transaction (nor SQLite's write lock)
-            anything = conn.execute(select(s.schedule_id).where(~s.paused, s.next_at <= at).limit(1)).first()
+            anything = execute(conn, _ANY_DUE, {"at": at}).first()
         if anything is None:
             yield None, []  # type: ignore[misc]
             return
