@@ -5,18 +5,18 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, select, update
+from sqlalchemy import Connection, Select, bindparam, select, update
 
 from agentfleet.store import tables as T
 from agentfleet.store.base import StoreBase
 from agentfleet.store.records import APPROVAL_PENDING, LIVE, ApprovalRecord, now
 
 _A = T.approvals.c
+_PENDING = (select(T.approvals).join(T.runs, T.runs.c.run_id == _A.run_id)  # waiting on live runs, oldest first
+            .where(LIVE, _A.status == APPROVAL_PENDING).order_by(_A.requested_at))
 # The observer's approvals timer runs these every second in every observer, most often finding nothing: built once
 # (a statement built per call cost as much CPU as running it).
-_EXPIRED = (select(T.approvals).join(T.runs, T.runs.c.run_id == _A.run_id)
-            .where(LIVE, _A.status == APPROVAL_PENDING, _A.expires_at <= bindparam("at"))
-            .order_by(_A.requested_at).limit(bindparam("limit")))
+_EXPIRED = _PENDING.where(_A.expires_at <= bindparam("at")).limit(bindparam("limit"))
 _UNAPPLIED = (select(T.approvals, T.runs.c.trace_id).join(T.runs, T.runs.c.run_id == _A.run_id)
               .where(_A.status != APPROVAL_PENDING, _A.applied_at.is_(None),
                      (_A.sent_at.is_(None) & (_A.resolved_at <= bindparam("unsent_before")))
@@ -79,18 +79,15 @@ class Approvals(StoreBase):
 
     def pending_approvals(self, *, run_id: str | None = None, limit: int = 1000) -> list[ApprovalRecord]:
         """Requests waiting for an answer on runs still live, oldest first."""
-        return self._approvals(T.approvals.c.status == APPROVAL_PENDING,
-                               *([T.approvals.c.run_id == run_id] if run_id else []), limit=limit)
+        stmt = _PENDING.where(_A.run_id == run_id) if run_id else _PENDING
+        return self._approvals(stmt.limit(limit), {})
 
     def expired_approvals(self, at: datetime, limit: int = 200) -> list[ApprovalRecord]:
-        with self.reading() as conn:
-            return [ApprovalRecord.from_row(r) for r in conn.execute(_EXPIRED, {"at": at, "limit": limit}).all()]
+        return self._approvals(_EXPIRED, {"at": at, "limit": limit})
 
-    def _approvals(self, *where: Any, limit: int) -> list[ApprovalRecord]:
-        stmt = (select(T.approvals).join(T.runs, T.runs.c.run_id == T.approvals.c.run_id)
-                .where(LIVE, *where).order_by(T.approvals.c.requested_at).limit(limit))
+    def _approvals(self, stmt: Select[Any], values: dict[str, Any]) -> list[ApprovalRecord]:
         with self.reading() as conn:
-            return [ApprovalRecord.from_row(r) for r in conn.execute(stmt).all()]
+            return [ApprovalRecord.from_row(r) for r in conn.execute(stmt, values).all()]
 
     def unapplied_approvals(self, unsent_before: datetime, sent_before: datetime, limit: int = 200
                             ) -> list[tuple[ApprovalRecord, str]]:

@@ -69,13 +69,13 @@ class Schedules(StoreBase):
         """Active schedules whose next tick is at or before ``at``, each row held for the transaction: another
         scheduler skips them (Postgres ``SKIP LOCKED``) instead of waiting or firing them too. The rows stay held
         while the caller fires them and moves them on (``advance``), and are let go when the transaction ends."""
-        s = T.schedules.c
-        stmt = select(T.schedules).where(~s.paused, s.next_at <= at).order_by(s.next_at).limit(limit)
         with self.reading() as conn:  # most passes find nothing: a read, no transaction (nor SQLite's write lock)
             anything = execute(conn, _ANY_DUE, {"at": at}).first()
         if anything is None:
             yield None, []  # type: ignore[misc]
             return
+        s = T.schedules.c
+        stmt = select(T.schedules).where(~s.paused, s.next_at <= at).order_by(s.next_at).limit(limit)
         if self.dialect == POSTGRES:
             stmt = stmt.with_for_update(skip_locked=True)
         with self.tx() as conn:

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.integration
 
 def _connections(url: str) -> int:
     """Sessions open on the fleet's database, this one left out."""
-    probe = create_engine(url, poolclass=None)
+    probe = create_engine(url)
     try:
         with probe.connect() as conn:
             return int(conn.execute(text("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
