@@ -34,9 +34,13 @@ class RetryPolicy:
     base_delay_s: float = 0.5
     max_delay_s: float = 20.0
 
+    def retries(self, attempt: int, exc: BaseException) -> bool:
+        """Whether try ``attempt``, ended by ``exc``, is followed by another."""
+        return isinstance(exc, ModelError) and exc.retryable and attempt < self.attempts
+
     def delay_s(self, attempt: int, exc: BaseException, rand: Callable[[], float] = random.random) -> float | None:
         """How long to wait before try ``attempt + 1`` after ``exc`` ended try ``attempt``; None: give up."""
-        if not (isinstance(exc, ModelError) and exc.retryable) or attempt >= self.attempts:
+        if not self.retries(attempt, exc):
             return None
         asked = getattr(exc, "retry_after_s", None)
         if asked is not None:
@@ -45,20 +49,24 @@ class RetryPolicy:
 
 
 def with_retries(call: Callable[[], T], policy: RetryPolicy, *, sleep: Callable[[float], None] = time.sleep,
-                 rand: Callable[[], float] = random.random) -> T:
-    """``call()``, tried again as ``policy`` says for each error."""
-    attempt = 1
+                 rand: Callable[[], float] = random.random, failed: Exception | None = None) -> T:
+    """``call()``, tried again as ``policy`` says for each error. ``failed``: the first try was made already, elsewhere,
+    and ended so (the planner's try made before anything was written, ``loop/recovery.model_first``): the tries go on
+    from the second, after the wait the policy gives the first's error."""
+    attempt, exc = 1, failed
     while True:
-        try:
-            return call()
-        except Exception as exc:
+        if exc is not None:
             wait = policy.delay_s(attempt, exc, rand)
             if wait is None:
-                raise
+                raise exc
             log.warning("model call failed (try %d of %d): %s; retrying in %.2fs", attempt, policy.attempts, exc,
                         wait, extra={"retry_in_s": round(wait, 3)})
             sleep(wait)
             attempt += 1
+        try:
+            return call()
+        except Exception as caught:
+            exc = caught
 
 
 class RetryingModel:

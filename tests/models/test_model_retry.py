@@ -61,3 +61,27 @@ def test_with_retries_returns_the_first_success_and_gives_up_with_the_last_error
     with pytest.raises(ModelAuthError):
         with_retries(refused, policy, sleep=lambda s: None)
     assert len(calls) == 1
+
+
+def test_tries_go_on_from_a_first_made_elsewhere_never_past_the_attempts_in_all() -> None:
+    """The planner's first try, made before anything was written, failed and may be retried: the policy's wait for it,
+    then the second try; as many tries in all as when every one is made here."""
+    slept: list[float] = []
+    calls: list[int] = []
+
+    def down() -> str:
+        calls.append(1)
+        raise ModelUnavailable(f"down {len(calls) + 1}")
+
+    policy = RetryPolicy(attempts=4, base_delay_s=1.0)
+    with pytest.raises(ModelUnavailable, match="down 4"):
+        with_retries(down, policy, sleep=slept.append, rand=lambda: 0.5, failed=ModelUnavailable("down 1"))
+    assert len(calls) == 3 and slept == [0.5, 1.0, 2.0]
+    assert with_retries(lambda: "turn", policy, sleep=slept.append, rand=lambda: 0.5,
+                        failed=ModelUnavailable("429", retry_after_s=0.25)) == "turn"
+    assert slept[-1] == 0.25
+    with pytest.raises(ModelAuthError):  # not worth another try: raised as it came, nothing called
+        with_retries(lambda: calls.append(1) or "turn", policy, failed=ModelAuthError("401"))
+    assert len(calls) == 3
+    assert RetryPolicy(attempts=1).retries(1, ModelUnavailable("503")) is False
+    assert policy.retries(1, ModelUnavailable("503")) and not policy.retries(4, ModelUnavailable("503"))
