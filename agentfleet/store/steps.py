@@ -133,13 +133,13 @@ class Steps(StoreBase):
 
     def record_step(self, conn: Connection, *, key: str, run_id: str, iteration: int, call_id: str, name: str,
                     input: Any, worker: str | None, status: str, output: Any, started_at: datetime | None = None,
-                    duration_ms: float = 0.0) -> None:
-        """A tool step begun and finished at once, in the caller's transaction, sent with its next statement (the
-        COMMIT): a call the planner answers, or one whose tool may run again with no harm and so ran before anything
-        of it was written (``roles/executor.py``). An intent a redelivered attempt left is finished by it; a finished
-        step is left as it is."""
+                    duration_ms: float = 0.0, kind: str = "tool") -> None:
+        """A step begun and finished at once, in the caller's transaction, sent with its next statement (the COMMIT):
+        a call the planner answers, one whose tool may run again with no harm and so ran before anything of it was
+        written (``roles/executor.py``), or a plan whose model was asked first (``roles/planner.py``). An intent a
+        redelivered attempt left is finished by it; a finished step is left as it is."""
         at = now()
-        defer(conn, DONE_STEP, dict(key=key, run_id=run_id, iteration=iteration, kind="tool", call_id=call_id,
+        defer(conn, DONE_STEP, dict(key=key, run_id=run_id, iteration=iteration, kind=kind, call_id=call_id,
                                     name=name, status=status, input=input, output=output, worker=worker,
                                     started_at=started_at or at, at=at, duration_ms=duration_ms))
 

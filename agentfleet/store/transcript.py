@@ -72,6 +72,9 @@ class Transcripts(StoreBase):
         self._messages_kept = 0
         self._transcripts_guard = threading.Lock()
         self._lineages: OrderedDict[tuple[str, int], History] = OrderedDict()
+        # The turn this process's planner last committed for a run: (iteration, the run's version that commit left,
+        # the turn as stored), beside the run's complete iterations before it (``keep_planned``).
+        self._turns: OrderedDict[str, tuple[int, int, Message]] = OrderedDict()
 
     def append_messages(self, conn: Connection, run_id: str, iteration: int, msgs: Sequence[Message],
                         start: int = 0) -> None:
@@ -179,16 +182,43 @@ class Transcripts(StoreBase):
         last = rows[-1][0]  # the iteration that may still grow: kept out of the cache
         done = sum(1 for iteration, _ in rows if iteration < last)  # rows come in iteration order
         complete = kept.plus(fresh[:done])
+        self._keep(run_id, last - 1, complete)
+        return complete.plus(fresh[done:])
+
+    def _keep(self, run_id: str, through: int, complete: History) -> None:
+        """Keep ``complete``, the run's messages through iteration ``through``, every one of them complete."""
         with self._transcripts_guard:
             earlier = self._transcripts.pop(run_id, None)
             self._messages_kept -= len(earlier[1].messages) if earlier else 0
-            self._transcripts[run_id] = (last - 1, complete)
+            self._transcripts[run_id] = (through, complete)
             self._messages_kept += len(complete.messages)
             while self._transcripts and (len(self._transcripts) > TRANSCRIPTS_KEPT
                                          or self._messages_kept > MESSAGES_KEPT):
                 _, (_, dropped) = self._transcripts.popitem(last=False)
                 self._messages_kept -= len(dropped.messages)
-        return complete.plus(fresh[done:])
+
+    def keep_planned(self, run_id: str, iteration: int, before: History, turn: Message, version: int) -> None:
+        """What the commit of a run's plan of ``iteration`` (which left it at ``version``) leaves its transcript as:
+        ``before``, every message of the iterations before (the last one's results were written by that commit), then
+        ``turn``. Only once it committed: the next plan of the run in this process then needs no read
+        (``planned_history``). The run's own messages only (not a lineage's)."""
+        self._keep(run_id, iteration - 1, before)
+        with self._transcripts_guard:
+            self._turns.pop(run_id, None)
+            self._turns[run_id] = (iteration, version, turn)
+            while len(self._turns) > TRANSCRIPTS_KEPT:
+                self._turns.popitem(last=False)
+
+    def planned_history(self, run_id: str, iteration: int, versions: Sequence[int]) -> History | None:
+        """The run's transcript through the turn of ``iteration``, as this process's planner committed it at one of
+        ``versions`` (``keep_planned``), without reading it; None when this process does not know it so. Only a guess
+        that the run is still as that commit left it: the commit that uses it holds the run at such a version, which
+        no later plan of the run can have committed."""
+        with self._transcripts_guard:
+            turn, kept = self._turns.get(run_id), self._transcripts.get(run_id)
+        if turn is None or kept is None or turn[0] != iteration or turn[1] not in versions or kept[0] != iteration - 1:
+            return None
+        return kept[1].plus([turn[2]])
 
     def record_observation(self, conn: Connection, *, run_id: str, iteration: int, call_id: str, tool: str,
                            result: dict[str, Any]) -> bool:

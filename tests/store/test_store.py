@@ -173,6 +173,33 @@ def test_the_transcript_is_read_once_per_iteration_and_never_again_once_complete
     assert fresh.transcript("r-transcript") == [turn[2], results[2], turn[3]]
 
 
+def test_a_transcript_a_plan_committed_is_known_through_its_turn_at_the_version_it_left(store: Store) -> None:
+    """What the planner's commit of an iteration leaves is known without a read (``keep_planned``): every message
+    before its turn, then the turn, for the run at the version that commit left it (or the observer's move after it);
+    at any other iteration or version, or once a read has moved the kept iterations on, nothing is claimed."""
+    from agentfleet.loop.transcript import History, Message
+
+    turn = [Message(role="assistant", content=f"turn {i}") for i in range(3)]
+    results = [Message(role="tool", tool_call_id=f"c{i}", content=f"result {i}") for i in range(3)]
+    before = History().plus([turn[0], results[0]])
+    store.keep_planned("r-planned", 1, before, turn[1], 7)
+    known = store.planned_history("r-planned", 1, (8, 7))
+    assert known is not None and known.messages == [turn[0], results[0], turn[1]]
+    assert known.chars == History().plus(known.messages).chars
+    assert store.planned_history("r-planned", 1, (9, 8)) is None  # moved on since, by someone else
+    assert store.planned_history("r-planned", 2, (8, 7)) is None  # another iteration's plan
+    assert store.planned_history("r-other", 1, (8, 7)) is None
+    new_run(store, "r-planned-read")
+    with store.tx() as conn:
+        store.append_messages(conn, "r-planned-read", 0, [turn[0], results[0]])
+        store.append_messages(conn, "r-planned-read", 1, [turn[1], results[1]])
+        store.append_messages(conn, "r-planned-read", 2, [turn[2]])
+    store.keep_planned("r-planned-read", 1, before, turn[1], 3)
+    assert store.planned_history("r-planned-read", 1, (3,)) is not None
+    store.history("r-planned-read")  # a read that saw iteration 2: what is kept is no longer the plan of 1's
+    assert store.planned_history("r-planned-read", 1, (3,)) is None
+
+
 def test_the_sweepers_scan_reads_only_live_runs_and_owed_results_through_their_indexes(store: Store) -> None:
     """Issue "Durability nearly free", item 5: the sweeper's scan does not grow with ended runs, nor with the
     Results delivered for them. On Postgres (sequential scans refused for the question) its query must be
