@@ -134,3 +134,21 @@ def intent_first(*, repeatable: bool, first_delivery: bool, carried: bool, answe
     without; a longer one is held, and a run waiting on it is not sent its call again."""
     short = 2 * timeout_s * STALL_OVER_LONGEST_CALL <= stall_after_s
     return not (repeatable and short and first_delivery and not carried and not answered and not delegation)
+
+
+def model_first(*, first_delivery: bool, carried: bool, run_known: bool, transcript_known: bool, plain: bool,
+                longest_call_s: float | None, stall_after_s: float) -> bool:
+    """Whether the planner asks the model before it writes anything of the iteration, and commits the run's move to
+    it, the plan step (finished) and the decision in one transaction (one round trip), as ``intent_first`` lets a
+    repeatable call run first: a model turn, like such a call, may be asked for again with no harm but its cost.
+
+    Only on the message's first delivery (a planner that dies mid-call is redelivered, marked so, and that attempt
+    writes the intent first, counting the one that died), with no turn carried from an attempt that could not commit,
+    when this process knows the run (``RunsLeft``) and its transcript through the last turn (its planner committed
+    both), for a run that needs nothing read before its call (``plain``: no ancestors' budgets to hold, no thread, no
+    lineage, no summary to write); and only for a model that says how long one call can take at most
+    (``longest_call_s``), short enough that the sweeper, which cannot tell the call is running (no step is held), would
+    not take the run for stalled first. Anything else, or a try that fails and may be retried, takes the two
+    transactions: the intent and the step's lock, the call, then the decision."""
+    short = longest_call_s is not None and longest_call_s * STALL_OVER_LONGEST_CALL <= stall_after_s
+    return first_delivery and not carried and run_known and transcript_known and plain and short

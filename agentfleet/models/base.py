@@ -38,7 +38,10 @@ class ModelRequest(BaseModel):
 @runtime_checkable
 class Model(Protocol):
     """``complete`` answers one request. Optional: ``context_window`` (tokens), which bounds the prompt the
-    planner builds; adapters of real models set it."""
+    planner builds; adapters of real models set it. ``longest_call_s``: the longest one call can take, for a model
+    that can say (one computed in the process, played back); with it the planner may ask for a turn before writing
+    anything of the iteration (``loop/recovery.model_first``). A network's model cannot say: its HTTP timeouts bound
+    each read, not the call."""
 
     name: str
     # True when turns are played back, not generated: the CLI says so on screen.

@@ -97,6 +97,8 @@ class ModelRateLimiter:
 class RateLimitedModel:
     """A model whose calls take their share of the fleet's rate limit first (Pydantic AI's wrapper way)."""
 
+    longest_call_s: float | None = None  # a call may wait for its window first, however fast the model
+
     def __init__(self, model: Model, limiter: ModelRateLimiter, rule: ModelRateLimit) -> None:
         self.model, self.limiter, self.rule = model, limiter, rule
         self.key = getattr(model, "model", None) or model.name

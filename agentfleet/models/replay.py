@@ -90,6 +90,7 @@ class ReplayModel:
     that differs; ``checks`` keeps one line per iteration played. ``strict=False`` plays it loosely."""
 
     offline = True
+    longest_call_s = 0.0  # played back from memory
 
     def __init__(self, path: str | Path, *, strict: bool | None = None) -> None:
         """``strict``: fail on a request that differs from the recorded one; by default, when the cassette

@@ -23,9 +23,13 @@ class ScriptedModel:
 
     offline = True
 
-    def __init__(self, turns: Sequence[Turn], name: str = "scripted") -> None:
+    def __init__(self, turns: Sequence[Turn], name: str = "scripted", *, longest_call_s: float | None = None) -> None:
         self.turns = list(turns)
         self.name = name
+        # Turns written down are played at once; a function of the request may do anything (block, act out a
+        # provider's failure, take its worker down), so it says nothing unless the test says how long it may take.
+        written = all(isinstance(t, ModelTurn) for t in self.turns)
+        self.longest_call_s = longest_call_s if longest_call_s is not None else (0.0 if written else None)
 
     def complete(self, request: ModelRequest) -> ModelTurn:
         if request.iteration >= len(self.turns):

@@ -11,6 +11,7 @@ import json
 import logging
 import time
 from collections.abc import Callable
+from datetime import datetime
 
 from pydantic import ValidationError
 from sqlalchemy import Connection
@@ -54,6 +55,7 @@ from agentfleet.loop.decisions import (
     usable_turn,
 )
 from agentfleet.loop.keys import idempotency_key
+from agentfleet.loop.recovery import model_first
 from agentfleet.loop.states import RunState, is_terminal
 from agentfleet.loop.transcript import History, Message, ModelTurn, Usage
 from agentfleet.models.base import ModelRequest, estimated_usage
@@ -67,6 +69,7 @@ from agentfleet.roles.step import Step, end_run, result_of
 from agentfleet.store.base import RunMovedOn, StepHold
 from agentfleet.store.records import RunRecord, StepRecord, now
 from agentfleet.store.repository import Store
+from agentfleet.store.sql import POSTGRES
 
 log = logging.getLogger(__name__)
 RESERVED, RELEASED = "reserved", "released"  # a delegated plan step's hold on its ancestors' budgets, in its input
@@ -171,10 +174,25 @@ def _plan(step: Step, agent: Agent, iteration: int, new_messages: list[Message],
     transaction then holds the row as that, and takes the step's lock, in the round trip of its COMMIT instead of
     reading the row first; a row not as known, or a step held elsewhere, fails it whole, and it runs again on the row
     read.
+
+    With the run known and its transcript too (this process's planner committed both), on a first delivery, for a
+    model that says its call is short (``loop/recovery.model_first``), the plan is made first: the model is asked
+    before anything is written, and one transaction holds the run as known, moves it on, and commits the plan step
+    (finished), the turn and the decision (``_plan_first``): one round trip. A run that moved on meanwhile fails that
+    transaction whole, and the turn is committed the usual way, carried; a first try that failed and may be retried
+    is followed by the rest of the tries the usual way.
     """
     store = step.rt.store
     run_id = step.env.run_id
     key = idempotency_key(run_id, iteration, "plan")
+    failed: Exception | None = None  # the first try at the model, made first, when it may be tried again
+    if known is not None and (history := _known_history(step, agent, known, iteration)) is not None:
+        first = _plan_first(step, agent, iteration, new_messages, known, history)
+        if isinstance(first, list):
+            return first
+        if first.carried is not None:  # the run moved on during the call: read, and the turn committed on it
+            step.carried, known = first.carried, None
+        failed = first.failed
     with store.step_lock(key) as held:
         # Asked before the run's row is held: a Redis that answers slowly must not keep a cancel waiting.
         offer = step.rt.dispatch.offer(list(agent.tools.values()), _unconsumed(step, agent))
@@ -204,8 +222,13 @@ def _plan(step: Step, agent: Agent, iteration: int, new_messages: list[Message],
                     status = ResultStatus.CANCELLED if gate.code == ErrorCode.CANCELLED else ResultStatus.FAILED
                     return _end_in(step, conn, run, run, new_messages, iteration, None, status, gate.code,
                                    gate.message)
+                # A redelivered plan the first attempt at which may have asked its model first, writing nothing, and
+                # died: counted as one (2 if the intent is new), so a plan that crashes every worker is stopped after
+                # the same number of crashes as any other.
+                first_may_have = step.redelivered and iteration > 0 and _may_go_first(step, agent, run)
                 intent = store.intend_step(conn, key=key, run_id=run_id, iteration=iteration, kind="plan",
-                                           worker=step.worker, input={"tools": offer.tools, "notice": offer.notice})
+                                           worker=step.worker, input={"tools": offer.tools, "notice": offer.notice},
+                                           attempts=2 if first_may_have else 1)
                 read_history = store.history_later(run_id, conn)  # the intent, this read and the COMMIT: one trip
                 # Not durable: a model turn lost with the intent in a database crash is asked for again, as a first
                 # try.
@@ -262,29 +285,133 @@ def _plan(step: Step, agent: Agent, iteration: int, new_messages: list[Message],
                     return _end(step, run, new_messages, iteration, None, status, reserved.code, reserved.message)
             started = time.perf_counter()
             try:
-                turn = _complete(step.rt.hooks, agent, request, step.rt.settings.model_retry_policy)
+                turn = _complete(step.rt.hooks, agent, request, step.rt.settings.model_retry_policy, failed)
             except Exception as exc:
-                # The Result carries a line; the operator gets the traceback with the run and trace ids, but for a
-                # ModelError: a failure the adapter (or a graph) has sorted and said in a line already.
-                log.error("model call failed: %s", exc, exc_info=None if isinstance(exc, ModelError) else exc,
-                          extra={"model": agent.model.name, "iteration": iteration})
-                code = exc.code if isinstance(exc, ModelError) else ErrorCode.MODEL_ERROR
-                return _end(step, run, new_messages, iteration, None, ResultStatus.FAILED, code,
-                            f"{agent.model.name}: {exc}")
-            if prompt.spent != Usage():  # writing the summary counts with the turn it was written for
-                turn = turn.model_copy(update={"usage": turn.usage + prompt.spent})
-            planned = Planned(turn, round((time.perf_counter() - started) * 1000, 3), prompt.report)
+                return _model_failed(step, agent, run, new_messages, iteration, exc)
+            planned = _planned(turn, started, prompt.spent, prompt.report)
+        return _commit_plan(step, agent, run, new_messages, iteration, planned, seen, moved_from)
+
+
+def _model_failed(step: Step, agent: Agent, run: RunRecord, new_messages: list[Message], iteration: int,
+                  exc: Exception, arrival: _Arrival | None = None) -> list[Envelope]:
+    """End the run with the model's failure. The Result carries a line; the operator gets the traceback with the run
+    and trace ids, but for a ModelError: a failure the adapter (or a graph) has sorted and said in a line already."""
+    log.error("model call failed: %s", exc, exc_info=None if isinstance(exc, ModelError) else exc,
+              extra={"model": agent.model.name, "iteration": iteration})
+    code = exc.code if isinstance(exc, ModelError) else ErrorCode.MODEL_ERROR
+    return _end(step, run, new_messages, iteration, None, ResultStatus.FAILED, code, f"{agent.model.name}: {exc}",
+                arrival=arrival)
+
+
+def _planned(turn: ModelTurn, started: float, spent: Usage, report: dict[str, object] | None) -> Planned:
+    if spent != Usage():  # writing the summary counts with the turn it was written for
+        turn = turn.model_copy(update={"usage": turn.usage + spent})
+    return Planned(turn, round((time.perf_counter() - started) * 1000, 3), report)
+
+
+def _commit_plan(step: Step, agent: Agent, run: RunRecord, new_messages: list[Message], iteration: int,
+                 planned: Planned, seen: History, moved_from: int | None,
+                 arrival: _Arrival | None = None) -> list[Envelope]:
+    """The decision on a turn committed, and said; an outcome at risk in a database outage is carried to the retry."""
+    try:
+        events = _decide_and_commit(step, agent, run, new_messages, iteration, planned, seen, moved_from, arrival)
+    except Exception as exc:
+        if outcome_at_risk(exc):
+            raise CommitPending(_carried(planned), exc) from exc
+        raise
+    step_notices.planned(step, run, iteration, planned.turn, planned.duration_ms)
+    if getattr(agent.model, "whole_transcript", False):
+        _graph_step_notice(step, run, planned.turn)
+    return events
+
+
+def _carried(planned: Planned) -> dict[str, object]:
+    """A turn as a later attempt at the handling takes it up (``Step.carried``) instead of asking for it again."""
+    return {"turn": planned.turn.model_dump(mode="json"), "duration_ms": planned.duration_ms,
+            "context": planned.context}
+
+
+@dataclasses.dataclass(frozen=True)
+class _Arrival:
+    """A plan made before anything of its iteration was written (``model_first``): its commit also holds the run as
+    ``known`` (OBSERVING, as this process's planner left it, moved on by the observer), moves it on to the iteration,
+    and writes the plan step whole; ``began``: the model was asked (the step has an outcome to record)."""
+
+    known: RunRecord
+    input: dict[str, object]
+    started_at: datetime
+    began: bool = True
+
+
+@dataclasses.dataclass(frozen=True)
+class _Fallback:
+    """The plan goes on the usual way, in two transactions: with the turn the model gave (``carried``: the run moved
+    on during the call, and is read), or after the first try, which failed and may be tried again (``failed``)."""
+
+    carried: dict[str, object] | None = None
+    failed: Exception | None = None
+
+
+def _known_history(step: Step, agent: Agent, known: RunRecord, iteration: int) -> History | None:
+    """The transcript the model is shown, known in this process, when the planner may ask the model first."""
+    first = step.first_delivery and step.carried is None
+    history = (step.rt.store.planned_history(known.run_id, iteration - 1, (known.version, known.version - 1))
+               if first else None)
+    return history if _may_go_first(step, agent, known, first=first, transcript_known=history is not None) else None
+
+
+def _may_go_first(step: Step, agent: Agent, run: RunRecord, *, first: bool = True,
+                  transcript_known: bool = True) -> bool:
+    """``model_first`` for a plan of ``run`` (known) by this handling: ``first``, a first delivery with no turn carried.
+    With the defaults, whether a first attempt at it may have been made first: one that was redelivered may have
+    written nothing and taken its worker down, and counts so."""
+    plain = not (run.ancestors or run.thread_id or run.lineage or agent.summary_model is not None)
+    return step.rt.store.dialect == POSTGRES and model_first(
+        first_delivery=first, carried=False, run_known=True, transcript_known=transcript_known, plain=plain,
+        longest_call_s=getattr(agent.model, "longest_call_s", None), stall_after_s=step.rt.settings.stall_after_s)
+
+
+def _plan_first(step: Step, agent: Agent, iteration: int, new_messages: list[Message], known: RunRecord,
+                history: History) -> list[Envelope] | _Fallback:
+    """One iteration in one transaction: the gates on the run as known, the model's one try, then the run held as
+    known, moved on to the iteration, and the plan step, the turn and the decision committed together. The run as it
+    will be once moved on (``run``) is what the gates, the prompt and the decision see; the commit's move makes it so
+    or fails the transaction whole (``RunMovedOn``: the turn goes on, carried, the usual way)."""
+    run = dataclasses.replace(known, state=RunState.PLANNING, iteration=iteration, version=known.version + 1)
+    limits = Limits.model_validate(run.limits)
+    started_at = now()
+    gate = check_gates(limits, run.usage, iteration, run.elapsed_s(), run.steps_used)
+    try:
+        if gate is not None:  # ended before a step began, as the usual way's first transaction ends it
+            status = ResultStatus.CANCELLED if gate.code == ErrorCode.CANCELLED else ResultStatus.FAILED
+            return _end(step, run, new_messages, iteration, None, status, gate.code, gate.message,
+                        arrival=_Arrival(known, {}, started_at, began=False))
+        offer = step.rt.dispatch.offer(list(agent.tools.values()), _unconsumed(step, agent))
+        arrival = _Arrival(known, {"tools": offer.tools, "notice": offer.notice}, started_at)
+        seen = history.plus(new_messages)
+        prompt = prompt_for(agent, run, limits, iteration, seen, offer, None, [])
+        if isinstance(prompt, Overflow):
+            return _end(step, run, new_messages, iteration, None, ResultStatus.FAILED,
+                        ErrorCode.CONTEXT_BUDGET_EXCEEDED, prompt.message, arrival=arrival)
+        request = ModelRequest(run_id=run.run_id, agent=agent.name, iteration=iteration, goal=run.input,
+                               tools=prompt.tools, messages=prompt.messages)
+        started = time.perf_counter()
         try:
-            events = _decide_and_commit(step, agent, run, new_messages, iteration, planned, seen, moved_from)
-            step_notices.planned(step, run, iteration, planned.turn, planned.duration_ms)
-            if getattr(agent.model, "whole_transcript", False):
-                _graph_step_notice(step, run, planned.turn)
-            return events
+            turn = _complete(step.rt.hooks, agent, request, dataclasses.replace(step.rt.settings.model_retry_policy,
+                                                                                  attempts=1))
         except Exception as exc:
-            if outcome_at_risk(exc):
-                raise CommitPending({"turn": planned.turn.model_dump(mode="json"),
-                                     "duration_ms": planned.duration_ms, "context": planned.context}, exc) from exc
-            raise
+            if step.rt.settings.model_retry_policy.retries(1, exc):
+                return _Fallback(failed=exc)
+            return _model_failed(step, agent, run, new_messages, iteration, exc, arrival)
+        planned = _planned(turn, started, prompt.spent, prompt.report)
+    except RunMovedOn:  # before a turn: the usual way, from the start
+        log.info("run not as this planner left it: read", extra={"run_id": run.run_id})
+        return _Fallback()
+    try:
+        return _commit_plan(step, agent, run, new_messages, iteration, planned, seen, known.version, arrival)
+    except RunMovedOn:
+        log.info("run not as this planner left it: read, and the turn committed on it", extra={"run_id": run.run_id})
+        return _Fallback(carried=_carried(planned))
 
 
 def _graph_step_notice(step: Step, run: RunRecord, turn: ModelTurn) -> None:
@@ -373,9 +500,11 @@ def _checkpointed_offer(recorded: object, current: Offer) -> Offer:
 
 
 def _decide_and_commit(step: Step, agent: Agent, run: RunRecord, new_messages: list[Message], iteration: int,
-                       planned: Planned, seen: History, moved_from: int | None = None) -> list[Envelope]:
+                       planned: Planned, seen: History, moved_from: int | None = None,
+                       arrival: _Arrival | None = None) -> list[Envelope]:
     """``seen``: the transcript and this iteration's results, as the model was shown them; ``moved_from``: the
-    version of the observer's move the run (``run``) was moved on from by this handling."""
+    version of the observer's move the run (``run``) was moved on from by this handling; ``arrival``: the commit also
+    moves the run on to the iteration (``_plan_first``)."""
     limits = Limits.model_validate(run.limits)
     planned = dataclasses.replace(planned, turn=usable_turn(planned.turn))  # what the store can hold, as decided
     # A graph's loops are its author's (a poll, a check and fix) and end by its conditions or its max_steps; the
@@ -392,15 +521,18 @@ def _decide_and_commit(step: Step, agent: Agent, run: RunRecord, new_messages: l
         written += len(planned.turn.text or "")
         over = check_turn(limits, run.usage + charged(planned.turn.usage, written // WRITTEN_CHARS_PER_TOKEN))
         if over is not None:
-            return _end(step, run, new_messages, iteration, planned, ResultStatus.FAILED, over.code, over.message)
+            return _end(step, run, new_messages, iteration, planned, ResultStatus.FAILED, over.code, over.message,
+                        arrival=arrival)
     if isinstance(decision, Repair):
-        return _repair(step, run, new_messages, iteration, planned, decision)
+        return _repair(step, run, new_messages, iteration, planned, decision, seen, arrival)
     if isinstance(decision, Finish):
-        return _end(step, run, new_messages, iteration, planned, ResultStatus.SUCCEEDED, output=decision.output)
+        return _end(step, run, new_messages, iteration, planned, ResultStatus.SUCCEEDED, output=decision.output,
+                    arrival=arrival)
     if isinstance(decision, Fail):
         message = decision.message + (": " + "; ".join(decision.details) if decision.details else "")
-        return _end(step, run, new_messages, iteration, planned, ResultStatus.FAILED, decision.code, message)
-    return _dispatch(step, run, new_messages, iteration, planned, decision, moved_from)
+        return _end(step, run, new_messages, iteration, planned, ResultStatus.FAILED, decision.code, message,
+                    arrival=arrival)
+    return _dispatch(step, run, new_messages, iteration, planned, decision, seen, moved_from, arrival)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -412,8 +544,10 @@ class Planned:
     context: dict[str, object] | None = None  # what the prompt took, by part, and what was compacted
 
 
-def _complete(hooks: Hooks, agent: Agent, request: ModelRequest, policy: RetryPolicy) -> ModelTurn:
-    """The model's turn, each try through the hooks, retried as models/retrying.py decides per error."""
+def _complete(hooks: Hooks, agent: Agent, request: ModelRequest, policy: RetryPolicy,
+              failed: Exception | None = None) -> ModelTurn:
+    """The model's turn, each try through the hooks, retried as models/retrying.py decides per error (``failed``: the
+    first try's error, when it was made before anything was written)."""
     call = ModelCallInfo(run_id=request.run_id, agent=agent.name, model=agent.model.name, iteration=request.iteration)
 
     def once() -> ModelTurn:
@@ -421,7 +555,7 @@ def _complete(hooks: Hooks, agent: Agent, request: ModelRequest, policy: RetryPo
             got.append(agent.model.complete(request))
         return got[0]
 
-    return with_retries(once, policy)
+    return with_retries(once, policy, failed=failed)
 
 
 def _usage_fields(run: RunRecord, turn: ModelTurn | None) -> dict[str, object]:
@@ -432,14 +566,16 @@ def _usage_fields(run: RunRecord, turn: ModelTurn | None) -> dict[str, object]:
 
 
 def _checkpoint(step: Step, conn: Connection, run: RunRecord, iteration: int, new_messages: list[Message],
-                planned: Planned | None, repair: str | None = None) -> None:
+                planned: Planned | None, repair: str | None = None, arrival: _Arrival | None = None) -> Message | None:
     """Store the observations that led here, the model's turn and the plan step's outcome; a delegated run's
-    turn is counted in its ancestors' spend in the same transaction (once, however often it is retried)."""
+    turn is counted in its ancestors' spend in the same transaction (once, however often it is retried). The turn
+    as stored, if any."""
     store = step.rt.store
     # The results that led here (positions 1… of the last iteration) and this turn (position 0), in one insert.
     slots = [(iteration - 1, i, m) for i, m in enumerate(new_messages, start=1)]
-    if planned is not None:
-        slots.append((iteration, 0, planned.turn.as_message()))
+    turn = planned.turn.as_message() if planned is not None else None
+    if turn is not None:
+        slots.append((iteration, 0, turn))
     store.write_messages(conn, run.run_id, slots)
     if run.ancestors:  # what the turn spent counts in every ancestor, and what it held there is given back
         held = _released(store, conn, idempotency_key(run.run_id, iteration, "plan"))
@@ -449,9 +585,37 @@ def _checkpoint(step: Step, conn: Connection, run: RunRecord, iteration: int, ne
         summary = _plan_summary(planned.turn)
         if planned.context:  # a graph's turn has none
             summary["context"] = planned.context
-        store.finish_step(conn, idempotency_key(run.run_id, iteration, "plan"), status="succeeded",
-                          output={**summary, "repair": repair} if repair else summary,
-                          duration_ms=planned.duration_ms)
+        _finish_plan(step, conn, run, iteration, arrival, status="succeeded",
+                     output={**summary, "repair": repair} if repair else summary, duration_ms=planned.duration_ms)
+    return turn
+
+
+def _finish_plan(step: Step, conn: Connection, run: RunRecord, iteration: int, arrival: _Arrival | None, *,
+                 status: str, output: dict[str, object], duration_ms: float) -> None:
+    """The plan step's outcome: its intent finished, or (a plan made first) the step written whole, begun and
+    finished; one that ended before the model was asked has no step, as when its intent was never written."""
+    key = idempotency_key(run.run_id, iteration, "plan")
+    if arrival is None:
+        step.rt.store.finish_step(conn, key, status=status, output=output, duration_ms=duration_ms)
+    elif arrival.began:
+        step.rt.store.record_step(conn, key=key, run_id=run.run_id, iteration=iteration, kind="plan", call_id="",
+                                  name="", input=arrival.input, worker=step.worker, status=status, output=output,
+                                  started_at=arrival.started_at, duration_ms=duration_ms)
+
+
+def _locked(step: Step, fresh: Callable[[RunRecord], bool], then: Callable[[Connection, RunRecord], list[Envelope]],
+            run: RunRecord, arrival: _Arrival | None) -> list[Envelope]:
+    """``then`` in a transaction holding the run: as ``Step.locked_run`` holds it (``run``, as the first transaction
+    left it), or, for a plan made first, held as known and moved on to the iteration in this same transaction, which
+    fails whole (``RunMovedOn``, raised) when the run is not as known."""
+    if arrival is None:
+        return step.locked_run(fresh, then, known=run)
+    store = step.rt.store
+    with store.tx() as conn:
+        held = store.hold_run(conn, arrival.known)
+        moved = store.transition(conn, held, RunState.PLANNING, iteration=run.iteration) if held else None
+        assert moved is not None, "held at its version on Postgres: the move is sent, and cannot miss"
+        return then(conn, moved)
 
 
 def _plan_summary(turn: ModelTurn) -> dict[str, object]:
@@ -479,7 +643,8 @@ def _queue_of(step: Step, agent: Agent | None, name: str) -> str | None:
 
 
 def _dispatch(step: Step, run: RunRecord, new_messages: list[Message], iteration: int, planned: Planned,
-              decision: Dispatch, moved_from: int | None = None) -> list[Envelope]:
+              decision: Dispatch, seen: History, moved_from: int | None = None,
+              arrival: _Arrival | None = None) -> list[Envelope]:
     store = step.rt.store
     agent = step.rt.agent(run.agent)
     call_ids = [c.id for c in decision.calls]
@@ -506,11 +671,11 @@ def _dispatch(step: Step, run: RunRecord, new_messages: list[Message], iteration
         ]
 
     def execute(conn: Connection, current: RunRecord) -> list[Envelope]:
-        _checkpoint(step, conn, run, iteration, new_messages, planned)
+        turn = _checkpoint(step, conn, run, iteration, new_messages, planned, arrival=arrival)
         moved = store.transition(conn, current, RunState.EXECUTING, **_usage_fields(current, planned.turn))
         if not moved:
             return step.commit(conn, [])
-        _left(step, conn, moved)  # the run the observer moves on from: the next iteration's planner knows it
+        _left(step, conn, moved, seen, turn)  # the run the observer moves on from: the next plan knows it
         out, started = requested(moved), 0
         for call in handed:  # children start from here: no executor hop, never queued behind slow tools
             assert agent is not None
@@ -524,16 +689,27 @@ def _dispatch(step: Step, run: RunRecord, new_messages: list[Message], iteration
             step_notices.waiting(step, conn, moved, "children", waits)
         return step.commit(conn, out)
 
-    return step.locked_run(_planning(iteration), execute, known=run)
+    return _locked(step, _planning(iteration), execute, run, arrival)
 
 
-def _left(step: Step, conn: Connection, run: RunRecord) -> None:
-    """Once ``conn``'s transaction has committed, the run as it left it is this process's planner's to know."""
-    step.rt.store.after_commit(conn, lambda: step.rt.runs_left.keep(run))
+def _left(step: Step, conn: Connection, run: RunRecord, seen: History | None = None,
+          turn: Message | None = None) -> None:
+    """Once ``conn``'s transaction has committed, the run as it left it is this process's planner's to know, and, with
+    ``seen`` (what the model was shown: every message before the turn) and the turn as stored, its transcript: the
+    next plan of it here may be made first (``model_first``). A run of a lineage starts from its source's messages,
+    which are not its own: its transcript is read."""
+    store = step.rt.store
+
+    def keep() -> None:
+        step.rt.runs_left.keep(run)
+        if seen is not None and turn is not None and not run.lineage:
+            store.keep_planned(run.run_id, run.iteration, seen, turn, run.version)
+
+    store.after_commit(conn, keep)
 
 
 def _repair(step: Step, run: RunRecord, new_messages: list[Message], iteration: int, planned: Planned,
-            decision: Repair) -> list[Envelope]:
+            decision: Repair, seen: History, arrival: _Arrival | None = None) -> list[Envelope]:
     """Answer an unusable turn from here: the iteration's observations are the planner's, and the next
     iteration plans with them as it would with tools' results."""
     log.info("model turn told back for repair: %s", decision.fail.message,
@@ -546,35 +722,37 @@ def _repair(step: Step, run: RunRecord, new_messages: list[Message], iteration: 
     store = step.rt.store
 
     def answer(conn: Connection, current: RunRecord) -> list[Envelope]:
-        _checkpoint(step, conn, run, iteration, new_messages, planned, repair=decision.fail.message)
+        turn = _checkpoint(step, conn, run, iteration, new_messages, planned, repair=decision.fail.message,
+                           arrival=arrival)
         moved = store.transition(conn, current, RunState.OBSERVING, **_usage_fields(current, planned.turn))
         if not moved:
             return step.commit(conn, [])
-        _left(step, conn, moved)  # the run the repair's observation finds
+        _left(step, conn, moved, seen, turn)  # the run the repair's observation finds
         return step.commit(conn, [event])
 
-    return step.locked_run(_planning(iteration), answer, known=run)
+    return _locked(step, _planning(iteration), answer, run, arrival)
 
 
 def _end(step: Step, run: RunRecord, new_messages: list[Message], iteration: int, planned: Planned | None,
          status: ResultStatus, code: ErrorCode | None = None, message: str | None = None,
-         output: dict[str, object] | None = None) -> list[Envelope]:
+         output: dict[str, object] | None = None, arrival: _Arrival | None = None) -> list[Envelope]:
     def end(conn: Connection, current: RunRecord) -> list[Envelope]:
-        return _end_in(step, conn, current, run, new_messages, iteration, planned, status, code, message, output)
+        return _end_in(step, conn, current, run, new_messages, iteration, planned, status, code, message, output,
+                       arrival)
 
-    return step.locked_run(lambda current: not is_terminal(current.state) and current.iteration == iteration, end,
-                           known=run)
+    return _locked(step, lambda current: not is_terminal(current.state) and current.iteration == iteration, end,
+                   run, arrival)
 
 
 def _end_in(step: Step, conn: Connection, current: RunRecord, run: RunRecord, new_messages: list[Message],
             iteration: int, planned: Planned | None, status: ResultStatus, code: ErrorCode | None = None,
-            message: str | None = None, output: dict[str, object] | None = None) -> list[Envelope]:
+            message: str | None = None, output: dict[str, object] | None = None,
+            arrival: _Arrival | None = None) -> list[Envelope]:
     """End the run (``current``: its row, held in ``conn``'s transaction) with the iteration's checkpoint."""
-    store = step.rt.store
-    _checkpoint(step, conn, run, iteration, new_messages, planned)
+    _checkpoint(step, conn, run, iteration, new_messages, planned, arrival=arrival)
     if planned is None:  # the plan step (if it began) ends with the run
-        store.finish_step(conn, idempotency_key(run.run_id, iteration, "plan"), status="failed",
-                          output={"error_code": code, "message": message}, duration_ms=0.0)
+        _finish_plan(step, conn, run, iteration, arrival, status="failed",
+                     output={"error_code": code, "message": message}, duration_ms=0.0)
     turn = planned.turn if planned else None
     usage = _usage_fields(current, turn)
     ended = dataclasses.replace(current, **usage)  # type: ignore[arg-type]

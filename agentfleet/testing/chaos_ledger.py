@@ -110,7 +110,8 @@ def _answer(request: ModelRequest) -> ModelTurn:
 chaos_ledger = Agent(
     "chaos_ledger",
     instructions="Write two ledger entries at once, then a third beside a read, then report what the tools said.",
-    model=ScriptedModel([_first, _second, _answer], name="scripted:chaos-ledger"),
+    # Its turns are made at once: the planner may ask for them before writing anything (chaos then kills it there).
+    model=ScriptedModel([_first, _second, _answer], name="scripted:chaos-ledger", longest_call_s=0.1),
     goal_schema={"type": "object", "properties": {"n": {"type": "integer"},
                                                   "delay_s": {"type": "number", "minimum": 0, "maximum": 10}},
                  "additionalProperties": False},

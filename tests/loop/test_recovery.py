@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentfleet.loop.recovery import Action, CallResume, intent_first, plan_redrive, resume_call
+from agentfleet.loop.recovery import Action, CallResume, intent_first, model_first, plan_redrive, resume_call
 from agentfleet.loop.states import RunState
 
 
@@ -107,3 +107,19 @@ def test_a_call_that_may_outlast_the_sweepers_patience_is_held_while_it_runs() -
     assert first(30.0) is False and first(1.0) is False
     assert first(31.0) is True and first(3600.0) is True
     assert first(30.0, stall_after_s=100.0) is True
+
+
+def test_the_planner_asks_the_model_first_only_with_all_it_needs_known_and_a_short_call() -> None:
+    def first(longest_call_s: float | None = 1.0, stall_after_s: float = 120.0, **changed: bool) -> bool:
+        facts = dict(first_delivery=True, carried=False, run_known=True, transcript_known=True, plain=True)
+        return model_first(**{**facts, **changed}, longest_call_s=longest_call_s, stall_after_s=stall_after_s)
+
+    assert first() is True  # the move, the plan step and the decision: one commit after the call
+    assert first(first_delivery=False) is False  # maybe after an attempt that crashed its worker: counted first
+    assert first(carried=True) is False  # a turn an earlier attempt could not commit: its intent is there
+    assert first(run_known=False) is False  # the run is read, with the intent
+    assert first(transcript_known=False) is False  # the transcript is read, with the intent
+    assert first(plain=False) is False  # a budget held in ancestors, a thread, a lineage, a summary: read first
+    assert first(longest_call_s=None) is False  # a model that cannot say how long it may take: its step is held
+    assert first(longest_call_s=60.0) is True and first(longest_call_s=61.0) is False  # the sweeper's patience
+    assert first(longest_call_s=10.0, stall_after_s=19.0) is False

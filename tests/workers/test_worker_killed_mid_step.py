@@ -72,6 +72,34 @@ def test_a_call_that_keeps_killing_its_worker_is_dead_lettered_not_looped(
     assert dead and dead[0][0].headers[C.HEADER_DEAD_ERROR_CODE] == ErrorCode.POISON_MESSAGE
 
 
+def test_a_model_that_keeps_killing_its_planner_ends_the_run_after_as_many_crashes_as_a_tool(
+    workers: WorkerProcs, namespace: str, store: Store
+) -> None:
+    """The planner asks this model first, writing nothing of the iteration before the call (``model_first``): the
+    attempt that dies leaves no intent to count it. Its redelivery writes one counting it, so the run still ends
+    POISON_MESSAGE after max_step_attempts crashes, not one more."""
+    workers.start(C.EXECUTOR)
+    workers.start(C.OBSERVER)
+    workers.wait_ready()
+    client = AmqpClient()
+    corr = client.publish_goal(namespace, "goal.model_crasher", {"agent": "model_crasher", "input": {}})
+    crashes = 0
+    result = None
+    deadline = time.monotonic() + 120
+    while result is None and time.monotonic() < deadline:
+        planner = workers.start(C.PLANNER)
+        while planner.poll() is None and result is None and time.monotonic() < deadline:
+            result = client.replies(1, timeout=0.5).get(corr)
+        if planner.poll() is not None:
+            crashes += 1
+    client.close()
+    assert result is not None, workers.logs()
+    assert crashes == 3, crashes  # max_step_attempts, then no more
+    assert result["status"] == "failed" and result["error_code"] == ErrorCode.POISON_MESSAGE, result
+    plan = next(s for s in store.steps(result["run_id"]) if s["kind"] == "plan" and s["iteration"] == 1)
+    assert plan["status"] == "failed" and plan["attempts"] == 4, plan
+
+
 def test_an_executor_killed_mid_subprocess_tool_takes_the_sandbox_with_it_and_the_run_ends(
     workers: WorkerProcs, namespace: str, store: Store
 ) -> None:
