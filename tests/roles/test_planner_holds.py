@@ -81,26 +81,6 @@ def test_a_run_whose_spend_changes_during_its_model_call_commits_its_turns_on_th
     assert run.result["usage"]["input_tokens"] == run.input_tokens
 
 
-def test_a_planner_asks_the_model_first_and_commits_the_iteration_in_one_round_trip(
-        fleet: InProcessFleet, monkeypatch: pytest.MonkeyPatch) -> None:
-    """After the first iteration the planner knows the run (its own last commit sent it to its tools, and the observer's
-    move to OBSERVING is all that came after) and its transcript through the turn it committed; its model says a call
-    is short. On a first delivery it asks the model before writing anything, then holds the run as known, moves it on,
-    and commits the plan step whole with the decision: one round trip an iteration, the one the step budget ends
-    included. The plan steps are there, finished, with what the model was offered."""
-    counted = count_round_trips(monkeypatch, "planner", "observation.recorded")
-    run_id = fleet.submit({"agent": "stepper", "input": {}})
-    run = wait_for_run(fleet.store, run_id)
-    assert run.result and run.result["error_code"] == "MAX_STEPS", run.result
-    assert sorted(counted.settled().values()) == [1, 1, 1], counted
-    assert run.steps_used == 3
-    plans = [s for s in fleet.store.steps(run_id) if s["kind"] == "plan"]
-    assert [(s["iteration"], s["status"], s["attempts"]) for s in plans] == [(i, "succeeded", 1) for i in range(3)]
-    assert all(s["input"]["tools"] == ["slow_echo"] and s["finished_at"] for s in plans), plans
-    audit = [(a["from_state"], a["to_state"]) for a in fleet.store.audit_trail(run_id)]
-    assert audit.count(("OBSERVING", "PLANNING")) == 3, audit  # each move said, as before
-
-
 def test_a_run_changed_during_a_call_made_first_is_read_and_the_turn_committed_on_it(
         fleet: InProcessFleet, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     """The run changed while the model, asked first, was thinking (a child's spend, no move): the commit holding it as
@@ -135,22 +115,36 @@ def test_a_run_changed_during_a_call_made_first_is_read_and_the_turn_committed_o
         assert not conn.execute(text("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'")).scalar()
 
 
+@pytest.mark.parametrize(("longest_call_s", "trips"), [(0.0, 1), (None, 2)], ids=["model-first", "step-held"])
 def test_a_planner_takes_the_run_as_its_last_commit_left_it_without_reading_it(
-        fleet: InProcessFleet, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A model that cannot say how long a call takes is asked with the plan step held. After the first iteration the
-    planner knows the run: its own last commit sent it to its tools, and the observer's move to OBSERVING is all that
-    came after. It holds the run as that, with the step's lock, in its first transaction's COMMIT: two round trips for
-    an iteration (three when it read the run first); as many for the iteration the step budget ends (its end and, the
-    lock's answer not known before that COMMIT, the lock let go)."""
+        fleet: InProcessFleet, monkeypatch: pytest.MonkeyPatch, longest_call_s: float | None, trips: int) -> None:
+    """After the first iteration the planner knows the run: its own last commit sent it to its tools, and the observer's
+    move to OBSERVING is all that came after.
+
+    model-first: it knows the transcript too, through the turn it committed, and its model says a call is short. On a
+    first delivery it asks the model before writing anything, then holds the run as known, moves it on, and commits the
+    plan step whole with the decision: one round trip an iteration, the one the step budget ends included.
+
+    step-held: a model that cannot say how long a call takes is asked with the plan step held. The planner holds the run
+    as known, with the step's lock, in its first transaction's COMMIT: two round trips for an iteration (three when it
+    read the run first); as many for the iteration the step budget ends (its end and, the lock's answer not known
+    before that COMMIT, the lock let go).
+
+    Either way the plan steps are there, finished, with what the model was offered, and every move is said."""
     from tests.fixtures.agents import stepper
 
-    monkeypatch.setattr(stepper.model, "longest_call_s", None)
+    monkeypatch.setattr(stepper.model, "longest_call_s", longest_call_s)
     counted = count_round_trips(monkeypatch, "planner", "observation.recorded")
     run_id = fleet.submit({"agent": "stepper", "input": {}})
     run = wait_for_run(fleet.store, run_id)
     assert run.result and run.result["error_code"] == "MAX_STEPS", run.result
-    assert sorted(counted.settled().values()) == [2, 2, 2], counted
+    assert sorted(counted.settled().values()) == [trips] * 3, counted
     assert run.steps_used == 3
+    plans = [s for s in fleet.store.steps(run_id) if s["kind"] == "plan"]
+    assert [(s["iteration"], s["status"], s["attempts"]) for s in plans] == [(i, "succeeded", 1) for i in range(3)]
+    assert all(s["input"]["tools"] == ["slow_echo"] and s["finished_at"] for s in plans), plans
+    audit = [(a["from_state"], a["to_state"]) for a in fleet.store.audit_trail(run_id)]
+    assert audit.count(("OBSERVING", "PLANNING")) == 3, audit  # each move said, as before
 
 
 def test_a_run_changed_since_the_planners_last_commit_is_read_and_planned_on_as_it_is(

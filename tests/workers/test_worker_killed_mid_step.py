@@ -6,6 +6,7 @@ import os
 import signal
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -46,23 +47,31 @@ def test_a_non_idempotent_call_cut_short_becomes_unknown_outcome_not_a_second_ca
     assert tool_step["attempts"] == 2 and tool_step["worker"] == workers.name(C.EXECUTOR, 3)
 
 
+def _crashes_until_answered(workers: WorkerProcs, namespace: str, agent: str, role: str, client: AmqpClient,
+                            timeout_s: float = 120) -> tuple[dict[str, Any] | None, int]:
+    """The other two roles started, a goal for ``agent``, and a worker of ``role`` started again each time one dies,
+    until the goal is answered: the answer and the crashes."""
+    for other in {C.PLANNER, C.EXECUTOR, C.OBSERVER} - {role}:
+        workers.start(other)
+    workers.wait_ready()
+    corr = client.publish_goal(namespace, f"goal.{agent}", {"agent": agent, "input": {}})
+    crashes = 0
+    result = None
+    deadline = time.monotonic() + timeout_s
+    while result is None and time.monotonic() < deadline:
+        worker = workers.start(role)
+        while worker.poll() is None and result is None and time.monotonic() < deadline:
+            result = client.replies(1, timeout=0.5).get(corr)
+        if worker.poll() is not None:
+            crashes += 1
+    return result, crashes
+
+
 def test_a_call_that_keeps_killing_its_worker_is_dead_lettered_not_looped(
     workers: WorkerProcs, namespace: str, store: Store
 ) -> None:
-    workers.start(C.PLANNER)
-    workers.start(C.OBSERVER)
-    workers.wait_ready()
     client = AmqpClient()
-    corr = client.publish_goal(namespace, "goal.crasher", {"agent": "crasher", "input": {}})
-    crashes = 0
-    result = None
-    deadline = time.monotonic() + 120
-    while result is None and time.monotonic() < deadline:
-        executor = workers.start(C.EXECUTOR)
-        while executor.poll() is None and result is None and time.monotonic() < deadline:
-            result = client.replies(1, timeout=0.5).get(corr)
-        if executor.poll() is not None:
-            crashes += 1
+    result, crashes = _crashes_until_answered(workers, namespace, "crasher", C.EXECUTOR, client)
     dead = client.drain(f"{namespace}.dead", 1)
     client.close()
     assert result is not None, workers.logs()
@@ -78,20 +87,8 @@ def test_a_model_that_keeps_killing_its_planner_ends_the_run_after_as_many_crash
     """The planner asks this model first, writing nothing of the iteration before the call (``model_first``): the
     attempt that dies leaves no intent to count it. Its redelivery writes one counting it, so the run still ends
     POISON_MESSAGE after max_step_attempts crashes, not one more."""
-    workers.start(C.EXECUTOR)
-    workers.start(C.OBSERVER)
-    workers.wait_ready()
     client = AmqpClient()
-    corr = client.publish_goal(namespace, "goal.model_crasher", {"agent": "model_crasher", "input": {}})
-    crashes = 0
-    result = None
-    deadline = time.monotonic() + 120
-    while result is None and time.monotonic() < deadline:
-        planner = workers.start(C.PLANNER)
-        while planner.poll() is None and result is None and time.monotonic() < deadline:
-            result = client.replies(1, timeout=0.5).get(corr)
-        if planner.poll() is not None:
-            crashes += 1
+    result, crashes = _crashes_until_answered(workers, namespace, "model_crasher", C.PLANNER, client)
     client.close()
     assert result is not None, workers.logs()
     assert crashes == 3, crashes  # max_step_attempts, then no more
