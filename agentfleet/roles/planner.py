@@ -190,7 +190,7 @@ def _plan(step: Step, agent: Agent, iteration: int, new_messages: list[Message],
         first = _plan_first(step, agent, iteration, new_messages, known, history)
         if isinstance(first, list):
             return first
-        if first.carried is not None:  # the run moved on during the call: read, and the turn committed on it
+        if first.failed is None:  # a commit found the run moved on: it is read, and a turn made is committed on it
             step.carried, known = first.carried, None
         failed = first.failed
     with store.step_lock(key) as held:
