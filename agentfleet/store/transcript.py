@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -9,15 +10,17 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from agentfleet.loop.transcript import MESSAGES, History, Message
+from agentfleet.loop.transcript import MESSAGES, History, Message, message_chars
 from agentfleet.store.base import RunMovedOn, StoreBase
 from agentfleet.store.records import now
 from agentfleet.store.sql import POSTGRES, Later, Sql, defer, execute
 
-# What a process keeps of runs' complete iterations, least recently planned dropped first: at most this many runs,
-# and this many messages in all (a few long runs of large turns must not grow a planner without bound).
+# What a process keeps of runs' complete iterations (and the turn its planner last committed for each), least recently
+# planned dropped first: at most this many runs, weighing at most this much in all, as the messages' JSON (what a prompt
+# sends; a message's Python objects weigh a small multiple of it). A few long runs of large turns, or one turn of a
+# network model's, must not grow a planner without bound; a run heavier than the whole budget is read each time.
 TRANSCRIPTS_KEPT = 128
-MESSAGES_KEPT = 20_000
+TRANSCRIPT_BYTES_KEPT = 32 * 1024 * 1024
 LINEAGES_KEPT = 16  # sources of retried or forked runs whose transcripts a process keeps
 
 LINEAGE_MAX = 32  # runs one lineage may go back through (each retried or forked from the one before)
@@ -63,18 +66,32 @@ def _insert_messages(count: int) -> Sql:
     return stmt
 
 
+@dataclasses.dataclass(frozen=True)
+class _Kept:
+    """What a process knows of one run's transcript: its messages through iteration ``through``, each of those
+    iterations complete, and the turn its planner committed next (iteration, the run's version that commit left, the
+    turn as stored) when a plan's commit, not a read, left it so. A read that moves ``through`` on forgets the turn."""
+
+    run_id: str
+    through: int
+    complete: History
+    planned: tuple[int, int, Message] | None = None
+    turn_chars: int = 0
+
+    @property
+    def weight(self) -> int:
+        return self.complete.chars + self.turn_chars
+
+
 class Transcripts(StoreBase):
     """A run's messages and its turn's observations."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._transcripts: OrderedDict[str, tuple[int, History]] = OrderedDict()
-        self._messages_kept = 0
+        self._transcripts: OrderedDict[str, _Kept] = OrderedDict()
+        self._transcripts_weight = 0
         self._transcripts_guard = threading.Lock()
         self._lineages: OrderedDict[tuple[str, int], History] = OrderedDict()
-        # The turn this process's planner last committed for a run: (iteration, the run's version that commit left,
-        # the turn as stored), beside the run's complete iterations before it (``keep_planned``).
-        self._turns: OrderedDict[str, tuple[int, int, Message]] = OrderedDict()
 
     def append_messages(self, conn: Connection, run_id: str, iteration: int, msgs: Sequence[Message],
                         start: int = 0) -> None:
@@ -172,7 +189,7 @@ class Transcripts(StoreBase):
         """The iteration through which this process keeps the run's messages, and those messages."""
         with self._transcripts_guard:
             cached = self._transcripts.get(run_id)
-        return cached if cached is not None else (-1, History())
+        return (cached.through, cached.complete) if cached is not None else (-1, History())
 
     def _grown(self, run_id: str, kept: History, rows: Sequence[tuple[Any, ...]]) -> History:
         """``kept`` and the messages read after it (``rows``), the complete iterations among them kept."""
@@ -182,32 +199,34 @@ class Transcripts(StoreBase):
         last = rows[-1][0]  # the iteration that may still grow: kept out of the cache
         done = sum(1 for iteration, _ in rows if iteration < last)  # rows come in iteration order
         complete = kept.plus(fresh[:done])
-        self._keep(run_id, last - 1, complete)
+        self._keep(_Kept(run_id, last - 1, complete))
         return complete.plus(fresh[done:])
 
-    def _keep(self, run_id: str, through: int, complete: History) -> None:
-        """Keep ``complete``, the run's messages through iteration ``through``, every one of them complete."""
+    def _keep(self, entry: _Kept) -> None:
+        """Keep ``entry`` as what this process knows of its run (in place of what it knew), within the bounds."""
         with self._transcripts_guard:
-            earlier = self._transcripts.pop(run_id, None)
-            self._messages_kept -= len(earlier[1].messages) if earlier else 0
-            self._transcripts[run_id] = (through, complete)
-            self._messages_kept += len(complete.messages)
-            while self._transcripts and (len(self._transcripts) > TRANSCRIPTS_KEPT
-                                         or self._messages_kept > MESSAGES_KEPT):
-                _, (_, dropped) = self._transcripts.popitem(last=False)
-                self._messages_kept -= len(dropped.messages)
+            earlier = self._transcripts.pop(entry.run_id, None)
+            self._transcripts_weight -= earlier.weight if earlier else 0
+            if earlier is not None and entry.planned is None and earlier.through == entry.through:
+                entry = dataclasses.replace(entry, planned=earlier.planned, turn_chars=earlier.turn_chars)  # read, same
+            if entry.weight > TRANSCRIPT_BYTES_KEPT:
+                return
+            self._transcripts[entry.run_id] = entry
+            self._transcripts_weight += entry.weight
+            while len(self._transcripts) > TRANSCRIPTS_KEPT or self._transcripts_weight > TRANSCRIPT_BYTES_KEPT:
+                _, dropped = self._transcripts.popitem(last=False)
+                self._transcripts_weight -= dropped.weight
+
+    def transcripts_weight(self) -> int:
+        """What the transcripts this process keeps weigh now, as their messages' JSON."""
+        return self._transcripts_weight
 
     def keep_planned(self, run_id: str, iteration: int, before: History, turn: Message, version: int) -> None:
         """What the commit of a run's plan of ``iteration`` (which left it at ``version``) leaves its transcript as:
         ``before``, every message of the iterations before (the last one's results were written by that commit), then
         ``turn``. Only once it committed: the next plan of the run in this process then needs no read
         (``planned_history``). The run's own messages only (not a lineage's)."""
-        self._keep(run_id, iteration - 1, before)
-        with self._transcripts_guard:
-            self._turns.pop(run_id, None)
-            self._turns[run_id] = (iteration, version, turn)
-            while len(self._turns) > TRANSCRIPTS_KEPT:
-                self._turns.popitem(last=False)
+        self._keep(_Kept(run_id, iteration - 1, before, (iteration, version, turn), message_chars(turn)))
 
     def planned_history(self, run_id: str, iteration: int, versions: Sequence[int]) -> History | None:
         """The run's transcript through the turn of ``iteration``, as this process's planner committed it at one of
@@ -215,10 +234,13 @@ class Transcripts(StoreBase):
         that the run is still as that commit left it: the commit that uses it holds the run at such a version, which
         no later plan of the run can have committed."""
         with self._transcripts_guard:
-            turn, kept = self._turns.get(run_id), self._transcripts.get(run_id)
-        if turn is None or kept is None or turn[0] != iteration or turn[1] not in versions or kept[0] != iteration - 1:
+            kept = self._transcripts.get(run_id)
+        if kept is None or kept.planned is None:
             return None
-        return kept[1].plus([turn[2]])
+        planned_at, version, turn = kept.planned
+        if planned_at != iteration or version not in versions or kept.through != iteration - 1:
+            return None
+        return kept.complete.plus([turn])
 
     def record_observation(self, conn: Connection, *, run_id: str, iteration: int, call_id: str, tool: str,
                            result: dict[str, Any]) -> bool:

@@ -200,6 +200,22 @@ def test_a_transcript_a_plan_committed_is_known_through_its_turn_at_the_version_
     assert store.planned_history("r-planned-read", 1, (3,)) is None
 
 
+def test_a_planned_turn_heavier_than_what_transcripts_may_keep_is_not_kept(store: Store,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """The turn kept with a plan weighs with the run's messages: a run whose turn alone is past the cap is read."""
+    from agentfleet.loop.transcript import History, Message
+    from agentfleet.store import transcript as kept
+
+    monkeypatch.setattr(kept, "TRANSCRIPT_BYTES_KEPT", 2_000)
+    before = History().plus([Message(role="assistant", content="t0"), Message(role="tool", tool_call_id="c0",
+                                                                               content="r0")])
+    store.keep_planned("r-heavy-turn", 1, before, Message(role="assistant", content="x" * 5_000), 4)
+    assert store.planned_history("r-heavy-turn", 1, (4,)) is None
+    assert store.transcripts_weight() <= 2_000
+    store.keep_planned("r-light-turn", 1, before, Message(role="assistant", content="t1"), 4)
+    assert store.planned_history("r-light-turn", 1, (4,)) is not None
+
+
 def test_the_sweepers_scan_reads_only_live_runs_and_owed_results_through_their_indexes(store: Store) -> None:
     """Issue "Durability nearly free", item 5: the sweeper's scan does not grow with ended runs, nor with the
     Results delivered for them. On Postgres (sequential scans refused for the question) its query must be
@@ -244,25 +260,36 @@ def test_quiet_runs_hold_live_runs_and_ended_ones_owing_a_result_merged_in_age_o
     assert quiet == [names[0], names[3], names[1]]  # by last change: the two ended ones moved last, in that order
 
 
-def test_what_the_transcript_reads_keep_is_bounded_in_messages(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A few long runs of large turns must not grow a planner without bound: past the cap in messages, the least
-    recently planned run's kept iterations are dropped (its next read reads the table again), the others kept."""
-    from agentfleet.loop.transcript import Message
+def test_what_the_transcript_reads_keep_is_bounded_in_bytes(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A few long runs of large turns must not grow a planner without bound: past the cap in bytes (the messages' JSON,
+    what a prompt sends), the least recently planned run's kept iterations are dropped (its next read reads the table
+    again), the others kept; a run whose complete iterations alone weigh more than the cap is never kept."""
+    from agentfleet.loop.transcript import History, Message
     from agentfleet.store import tables as T
     from agentfleet.store import transcript as kept
 
-    monkeypatch.setattr(kept, "MESSAGES_KEPT", 5)
-    for run in ("r-cap-old", "r-cap-new"):
+    def turn(i: int, big: bool) -> Message:
+        return Message(role="assistant", content=f"t{i}" + ("x" * 4000 if big else ""))
+
+    def result(i: int) -> Message:
+        return Message(role="tool", tool_call_id=f"c{i}", content="r")
+
+    one_run = History.of([turn(0, False), result(1), turn(1, False), result(2)]).chars
+    monkeypatch.setattr(kept, "TRANSCRIPT_BYTES_KEPT", one_run + one_run // 2)  # one run's complete iterations fit
+    runs = {"r-cap-old": False, "r-cap-new": False, "r-cap-huge": True}
+    for run, big in runs.items():
         new_run(store, run)
         for i in range(3):  # iterations 0 and 1 complete (4 messages), 2 still open
             with store.tx() as conn:
                 if i:
-                    store.append_messages(conn, run, i - 1, [Message(role="tool", tool_call_id=f"c{i}", content="r")],
-                                          start=1)
-                store.append_messages(conn, run, i, [Message(role="assistant", content=f"t{i}")])
-        assert len(store.transcript(run)) == 5
+                    store.append_messages(conn, run, i - 1, [result(i)], start=1)
+                store.append_messages(conn, run, i, [turn(i, big)])
+        if run != "r-cap-huge":
+            assert len(store.transcript(run)) == 5
+    assert len(store.transcript("r-cap-huge")) == 5  # read last: too heavy to keep, so the others stay kept
+    assert store.transcripts_weight() <= kept.TRANSCRIPT_BYTES_KEPT
     with store.tx() as conn:  # behind the store's back: what comes back was kept, what is missing was read
-        conn.execute(T.messages.delete().where(T.messages.c.run_id.in_(["r-cap-old", "r-cap-new"]),
-                                               T.messages.c.iteration == 0))
-    assert len(store.transcript("r-cap-new")) == 5  # kept: 4 messages, within the cap
-    assert len(store.transcript("r-cap-old")) == 3  # dropped when the second run's 4 made 8: read again
+        conn.execute(T.messages.delete().where(T.messages.c.run_id.in_(list(runs)), T.messages.c.iteration == 0))
+    assert len(store.transcript("r-cap-new")) == 5  # kept: one run's weight, within the cap
+    assert len(store.transcript("r-cap-old")) == 3  # dropped when the second run's weight made it too much: read again
+    assert len(store.transcript("r-cap-huge")) == 3  # never kept
