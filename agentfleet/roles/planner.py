@@ -697,13 +697,17 @@ def _left(step: Step, conn: Connection, run: RunRecord, seen: History | None = N
     """Once ``conn``'s transaction has committed, the run as it left it is this process's planner's to know, and, with
     ``seen`` (what the model was shown: every message before the turn) and the turn as stored, its transcript: the
     next plan of it here may be made first (``model_first``). A run of a lineage starts from its source's messages,
-    which are not its own: its transcript is read."""
+    which are not its own: its transcript is read. The transcript is kept only for a run whose model may be asked
+    first: any other's next plan reads what is new anyway, and holding its turns would only weigh."""
     store = step.rt.store
+    agent = step.rt.agent(run.agent)
+    planned = (seen, turn) if seen is not None and turn is not None and agent is not None \
+        and _may_go_first(step, agent, run) else None
 
     def keep() -> None:
         step.rt.runs_left.keep(run)
-        if seen is not None and turn is not None and not run.lineage:
-            store.keep_planned(run.run_id, run.iteration, seen, turn, run.version)
+        if planned is not None:
+            store.keep_planned(run.run_id, run.iteration, *planned, run.version)
 
     store.after_commit(conn, keep)
 

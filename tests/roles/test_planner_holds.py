@@ -130,11 +130,16 @@ def test_a_planner_takes_the_run_as_its_last_commit_left_it_without_reading_it(
     read the run first); as many for the iteration the step budget ends (its end and, the lock's answer not known
     before that COMMIT, the lock let go).
 
-    Either way the plan steps are there, finished, with what the model was offered, and every move is said."""
+    Either way the plan steps are there, finished, with what the model was offered, and every move is said. The turns
+    are kept in the process only where the model may be asked first: elsewhere they would only weigh."""
     from tests.fixtures.agents import stepper
 
     monkeypatch.setattr(stepper.model, "longest_call_s", longest_call_s)
     counted = count_round_trips(monkeypatch, "planner", "observation.recorded")
+    kept: list[int] = []
+    keep_planned = fleet.store.keep_planned
+    monkeypatch.setattr(fleet.store, "keep_planned", lambda run_id, iteration, *more: (
+        kept.append(iteration), keep_planned(run_id, iteration, *more)))
     run_id = fleet.submit({"agent": "stepper", "input": {}})
     run = wait_for_run(fleet.store, run_id)
     assert run.result and run.result["error_code"] == "MAX_STEPS", run.result
@@ -145,6 +150,7 @@ def test_a_planner_takes_the_run_as_its_last_commit_left_it_without_reading_it(
     assert all(s["input"]["tools"] == ["slow_echo"] and s["finished_at"] for s in plans), plans
     audit = [(a["from_state"], a["to_state"]) for a in fleet.store.audit_trail(run_id)]
     assert audit.count(("OBSERVING", "PLANNING")) == 3, audit  # each move said, as before
+    assert kept == ([0, 1, 2] if trips == 1 else []), kept  # the last plan ends the run: its turn is not kept
 
 
 def test_a_run_changed_since_the_planners_last_commit_is_read_and_planned_on_as_it_is(
@@ -183,3 +189,27 @@ def test_a_run_changed_since_the_planners_last_commit_is_read_and_planned_on_as_
     # As a read run costs (three round trips for an iteration, two for the one ended by the step budget), and the
     # failed hold's round trip and its ROLLBACK.
     assert sorted(counted.settled().values()) == [2 + 2, 3 + 2], counted
+
+
+@pytest.mark.parametrize(("agent", "error_code", "entries", "repairs"), [
+    ("late_garbled", None, ["first", "fine"], 2), ("late_overspender", "TOKEN_BUDGET", ["first"], 0)])
+def test_hostile_turns_of_a_model_asked_first_are_told_back_or_end_the_run_with_nothing_run(
+        fleet: InProcessFleet, monkeypatch: pytest.MonkeyPatch, tmp_path: Any, agent: str, error_code: str | None,
+        entries: list[str], repairs: int) -> None:
+    """Model output is input on the one-transaction path too: a turn the store cannot hold (a NUL in a call id, NaN in
+    the arguments) is told back in the same single commit, and an enormous one (400 KB, under-reported as 10 tokens)
+    ends the run on its budget before any of its calls runs. Every plan after the first is made first, in one round
+    trip."""
+    counted = count_round_trips(monkeypatch, "planner", "observation.recorded")
+    run_id = fleet.submit({"agent": agent, "input": {}})
+    run = wait_for_run(fleet.store, run_id, timeout=60)
+    assert run.result is not None, run
+    if error_code is None:
+        assert run.result["status"] == "succeeded", run.result
+    else:
+        assert run.result["error_code"] == error_code and "none of its calls was run" in run.result["message"]
+    ledger = (tmp_path / f"ledger-{run_id}.txt").read_text().splitlines()
+    assert [line.split(":")[1] for line in ledger] == entries
+    plans = [s for s in fleet.store.steps(run_id) if s["kind"] == "plan"]
+    assert sum(bool(s["output"].get("repair")) for s in plans) == repairs, plans
+    assert set(counted.settled().values()) == {1}, counted
