@@ -35,6 +35,13 @@ log = logging.getLogger(__name__)
 PERSISTENT = 2
 CONSUMERS_VIEW_S = 2.0  # how long a planner trusts the broker's count of a dedicated tool queue's consumers
 RETRY_POLICY = {"max_retries": 5, "interval_start": 0.1, "interval_step": 0.5, "interval_max": 2.0}
+# Celery's protocol-2 headers at the value its worker takes when the header is absent (``celery.worker.request.Request``
+# reads each with ``.get`` and a default; the task's ``Context`` has the same defaults): not sent. py-amqp frames every
+# header in Python, and these eleven of nineteen were a third of a publish's CPU (benchmarks/README.md, issue 23).
+UNSAID_HEADERS: dict[str, object] = {
+    "shadow": None, "eta": None, "expires": None, "group": None, "group_index": None, "retries": 0,
+    "timelimit": [None, None], "parent_id": None, "replaced_task_nesting": 0, "stamped_headers": None, "stamps": {}}
+_UNSET = object()
 
 
 class Publisher:
@@ -74,8 +81,9 @@ class Publisher:
                 ignore_result=True, origin=self.origin,
             )
             routing_key = self.topology.routing_key(name, env.payload)
+            headers = {k: v for k, v in task.headers.items() if UNSAID_HEADERS.get(k, _UNSET) != v}
             messages.append((task.body, dict(exchange=self.topology.events.name, routing_key=routing_key,
-                                             headers=task.headers, serializer="json", delivery_mode=PERSISTENT,
+                                             headers=headers, serializer="json", delivery_mode=PERSISTENT,
                                              **task.properties)))
         with self.app.producer_or_acquire() as producer, producer.connection._reraise_as_library_errors():
             if len(messages) == 1 or not self.confirms:

@@ -123,3 +123,38 @@ def test_a_channels_confirms_are_counted_in_any_order_and_a_refusal_names_only_w
     assert own.refused(4, 6) == [4, 6] and own.nacked == set()
     own._ack(6, multiple=True)
     assert (own.through, own.acked) == (6, set())  # nothing kept that a later ack covers
+
+
+def test_an_event_message_sends_only_the_celery_headers_that_say_something_and_a_worker_reads_the_same_task(
+        publisher: Publisher, namespace: str) -> None:
+    """py-amqp frames every header in Python, and Celery's protocol 2 has nineteen, most at the value a worker takes
+    when one is absent (``shadow``, ``eta``, ``expires``, ``group``, ``retries``, ``timelimit``, ``stamps``…): framing
+    them was a third of a publish's CPU. Only the ones that say something are sent; Celery's own ``Request``, built
+    from the message as its worker builds it, reads the task exactly as from the full set."""
+    from celery.worker.request import Request
+    from kombu import Queue
+
+    env = requested(0)
+    publisher.publish([env])
+    with Connection(BROKER_URL) as conn:
+        queue = Queue(Topology(namespace).queue_for(EventType.TOOL_REQUESTED).name, channel=conn.default_channel)
+        message = queue.get(no_ack=True)
+        assert message is not None and queue.get(no_ack=True) is None
+        sent = dict(message.headers)
+        assert set(sent) == {"lang", "task", "id", "root_id", "argsrepr", "kwargsrepr", "origin", "ignore_result"}
+        app = publisher.app
+        task = app.tasks["tool.requested"]
+        lean = Request(message, app=app, task=task)
+        full = Request(message, app=app, task=task, headers=app.amqp.as_task_v2(
+            env.event_id, str(env.type), kwargs={"envelope": env.wire()}, argsrepr=sent["argsrepr"],
+            kwargsrepr=sent["kwargsrepr"], root_id=sent["root_id"], ignore_result=True, origin=sent["origin"]).headers)
+    read = ("id", "name", "root_id", "parent_id", "argsrepr", "kwargsrepr", "eta", "expires", "time_limits",
+            "ignore_result", "replaced_task_nesting", "stamped_headers", "stamps", "args", "kwargs", "reply_to",
+            "correlation_id", "delivery_info")
+    def seen(request: Request) -> dict:  # the limits come as the message's list, or as the worker's default tuple
+        return {k: getattr(request, k) for k in read} | {"time_limits": tuple(request.time_limits)}
+
+    assert seen(lean) == seen(full)
+    assert {k: lean.request_dict.get(k) or None for k in ("retries", "group", "group_index", "shadow", "timelimit")} \
+        == dict.fromkeys(("retries", "group", "group_index", "shadow", "timelimit"))
+    assert Envelope.model_validate(lean.kwargs["envelope"]).event_id == env.event_id
