@@ -50,13 +50,15 @@ class Runtime:
         return self.agents.get(name)
 
     def close(self) -> None:
-        """Let go of the connections this runtime pooled (the database's and Redis's), once its workers have stopped:
-        a process that runs fleets one after another (a test suite, an app embedding one) must not keep each one's.
-        Used again, each reconnects. A database in SQLite's memory lives in its one connection: kept."""
+        """Let go of the connections this runtime pooled (the database's, Redis's, and the broker's its publisher kept),
+        once its workers have stopped: a process that runs fleets one after another (a test suite, an app embedding
+        one) must not keep each one's. Used again, each reconnects. A database in SQLite's memory lives in its one
+        connection: kept."""
         url = self.store.engine.url
         if url.get_backend_name() != "sqlite" or url.database not in (None, "", ":memory:"):
             self.store.engine.dispose()
         self.redis.client.close()
+        self.publisher.close()
 
 
 def settings_of(app: Celery) -> Settings:

@@ -158,3 +158,81 @@ def test_an_event_message_sends_only_the_celery_headers_that_say_something_and_a
     assert {k: lean.request_dict.get(k) or None for k in ("retries", "group", "group_index", "shadow", "timelimit")} \
         == dict.fromkeys(("retries", "group", "group_index", "shadow", "timelimit"))
     assert Envelope.model_validate(lean.kwargs["envelope"]).event_id == env.event_id
+
+
+def _pool_acquisitions(publisher: Publisher, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Every producer taken from kombu's pool from now on (counted, still taken)."""
+    taken: list[int] = []
+    pool = publisher.app.producer_pool
+    acquire = pool.acquire
+    monkeypatch.setattr(pool, "acquire", lambda *a, **kw: (taken.append(1), acquire(*a, **kw))[1])
+    return taken
+
+
+def test_a_publisher_keeps_its_producers_bound_and_takes_none_from_kombus_pool_once_warm(
+        publisher: Publisher, namespace: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """kombu's pool gives a producer's connection back on every release: each publish took a connection, a channel
+    promise and a copy of the exchange again, 58 µs of CPU of a 295 µs publish. The publisher's own producers keep
+    theirs between publishes, single events and batches alike."""
+    events = [requested(i) for i in range(9)]
+    publisher.publish(events[:1])  # warm: the thread's producer made and connected
+    taken = _pool_acquisitions(publisher, monkeypatch)
+    for event in events[1:5]:
+        publisher.publish([event])
+    publisher.publish(events[5:])
+    assert taken == []
+    assert sorted(h["id"] for h, _ in drain(namespace)) == sorted(e.event_id for e in events)
+
+
+def test_a_kept_producer_whose_connection_broke_publishes_on_a_new_one_and_nothing_is_lost(
+        publisher: Publisher, namespace: str) -> None:
+    """The broker may close a connection a producer kept (a restart, a missed heartbeat): the next publish finds out
+    writing or waiting for its confirm, and kombu's retry sends it again on a new connection."""
+    import socket
+
+    events = [requested(i) for i in range(4)]
+    publisher.publish(events[:1])
+    for kept in publisher.producers.idle():
+        kept.connection.connection.sock.shutdown(socket.SHUT_RDWR)  # as if the broker had gone
+    publisher.publish(events[1:2])
+    publisher.publish(events[2:])
+    ids = [h["id"] for h, _ in drain(namespace)]
+    assert set(ids) == {e.event_id for e in events}  # a retried one may come twice: consumers dedupe
+
+
+def test_a_publish_past_the_producers_kept_goes_through_kombus_pool_and_threads_at_once_all_arrive(
+        publisher: Publisher, namespace: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """At most ``KEPT_PRODUCERS`` connections of the publisher's own: a publish that finds none free uses kombu's
+    pool, as every publish did before, and waits for no other's producer."""
+    import threading
+
+    from agentfleet.events import publisher as module
+
+    monkeypatch.setattr(module, "KEPT_PRODUCERS", 2)
+    fresh = Publisher(publisher.app, publisher.topology)
+    taken = _pool_acquisitions(fresh, monkeypatch)
+    first = [requested(0), requested(1), requested(2)]
+    with fresh.producers.acquire(), fresh.producers.acquire():
+        fresh.publish(first[:1])  # both kept ones in use
+        assert len(taken) == 1 and fresh.producers.made == 2
+    fresh.publish(first[1:2])
+    assert len(taken) == 1 and len(fresh.producers.idle()) == 2
+
+    sent = {thread: [requested(thread * 100 + i) for i in range(10)] for thread in range(1, 7)}
+
+    def send(thread: int) -> None:
+        for event in sent[thread]:
+            fresh.publish([event])
+
+    threads = [threading.Thread(target=send, args=(n,)) for n in range(1, 7)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    expected = [*first[:2], *(e for events in sent.values() for e in events)]
+    assert sorted(h["id"] for h, _ in drain(namespace)) == sorted(e.event_id for e in expected)
+    assert fresh.producers.made <= 2
+    fresh.close()  # the runtime's close: its connections let go; used again, it makes new ones
+    assert fresh.producers.made == 0 and fresh.producers.idle() == []
+    fresh.publish(first[2:])
+    assert [h["id"] for h, _ in drain(namespace)] == [first[2].event_id]
