@@ -236,3 +236,23 @@ def test_a_publish_past_the_producers_kept_goes_through_kombus_pool_and_threads_
     assert fresh.producers.made == 0 and fresh.producers.idle() == []
     fresh.publish(first[2:])
     assert [h["id"] for h, _ in drain(namespace)] == [first[2].event_id]
+
+
+@pytest.mark.parametrize("text", ["plain", "é\u2028 \x00", "\udfff"], ids=["ascii", "unicode", "lone-surrogate"])
+def test_an_event_messages_body_is_celerys_protocol_2_body_of_the_envelope_whatever_its_text(text: str) -> None:
+    """The body is written straight from the envelope's model (one pass in pydantic's serializer, not a dict and then
+    the json module); what a worker decodes is what kombu would have encoded. Text JSON cannot carry as UTF-8 (a lone
+    surrogate) takes the json module's way, escaped, as before."""
+    from kombu.utils.json import dumps, loads
+
+    from agentfleet.events.envelope import ToolFinished
+    from agentfleet.events.publisher import task_body
+    from agentfleet.loop.transcript import ToolResult
+
+    env = Envelope.new(EventType.TOOL_COMPLETED, "run-body", ToolFinished(
+        agent="a", iteration=0, call_id="c", tool="echo", sibling_call_ids=["c"],
+        result=ToolResult(ok=True, output={"text": text, "f": 1e-5, "n": 10**30})), trace_id="t")
+    body = task_body(env)
+    assert isinstance(body, bytes)
+    expected = [[], {"envelope": env.wire()}, {"callbacks": None, "errbacks": None, "chain": None, "chord": None}]
+    assert loads(body) == loads(dumps(expected))
