@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import random
 import time
 
 import pytest
@@ -9,6 +10,7 @@ from hypothesis import strategies as st
 
 from agentfleet.constants import REPAIR_MESSAGE_NAME
 from agentfleet.context import Assembled, ContextBudget, Heuristic, Overflow, Part, assemble, estimate_tokens
+from agentfleet.context.budget import Budgets
 from agentfleet.context.builder import goal_message, system_prompt
 from agentfleet.context.compaction import turns_of
 from agentfleet.context.counting import whole
@@ -212,3 +214,66 @@ def test_a_models_summary_of_the_first_turns_stands_before_the_lines_of_the_late
     assert isinstance(too_big, Assembled) and "summarized" not in too_big.compacted  # the lines stand in
     ahead = assemble(**common, summarized=(folded + 5, "covers turns not folded yet"))  # type: ignore[arg-type]
     assert isinstance(ahead, Assembled) and "summarized" not in ahead.compacted
+
+
+# -- what compaction costs as a run grows -----------------------------------------------------------------------------
+
+# The hash of the prompts ``_compaction_cases`` assemble to, as the assembly of 55e00ed gave them (8 overflows, 31
+# compacted: results, lines, omitted lines and a model's summary all among them).
+GOLDEN_COMPACTION = "72f2e59ab66582e708cf831dfa29dadffae423fae46440ee2742b594b45f1059"
+
+def _long_run(n: int, seed: int) -> list[Message]:
+    """A run of ``n`` turns as real ones come: results small and large, words now and then, a repair note."""
+    rng = random.Random(seed)
+    out: list[Message] = []
+    for i in range(n):
+        calls = [ToolCall(id=f"i{i}-c{k}", name=rng.choice(["t", "read"]),
+                          arguments={"i": i, "q": "x" * rng.randint(0, 120)})
+                 for k in range(rng.choice([0, 1, 1, 1, 2]))]
+        said = rng.choice([None, None, f"thinking about {i} " * rng.randint(1, 12)])
+        out.append(Message(role="assistant", content=said, tool_calls=calls))
+        out += [Message(role="tool", tool_call_id=c.id, content=json.dumps({"fact": i, "data": "y" * rng.choice(
+            [5, 100, 239, 241, 600, 4000])})) for c in calls]
+        if rng.random() < 0.05:
+            out.append(Message(role="user", name=REPAIR_MESSAGE_NAME, content="try again"))
+    return out
+
+
+def _compaction_cases() -> list[tuple[list[Message], Budgets, Heuristic, tuple[int, str] | None]]:
+    rng = random.Random(23)
+    cases = []
+    for seed in range(48):
+        body = _long_run(rng.choice([3, 40, 150, 400]), seed)
+        window = rng.choice([1024, 2048, 4096, 8192, 32_768])
+        budgets = ContextBudget(window=window, output_reserve=window // 8).resolve(None, None)
+        count = Heuristic().scaled(100.0, rng.choice([80, 100, 113, 150, 171]))
+        summarized = rng.choice([None, None, (rng.randint(1, 30), "What a model made of the first turns.")])
+        cases.append((body, budgets, count, summarized))
+    return cases
+
+
+def _assembled(body: list[Message], budgets: Budgets, count: Heuristic, summarized: tuple[int, str] | None,
+               chars: int | None = None) -> Assembled | Overflow:
+    return assemble(instructions=[Message(role="system", content=system_prompt("Be brief."))],
+                    task=[goal_message({"path": "."})], constraints=["2 steps left"], tools=TOOLS, transcript=body,
+                    budgets=budgets, counter=count, transcript_chars=chars, summarized=summarized)
+
+
+def test_compaction_assembles_exactly_what_it_did_before_it_was_made_cheaper_warm_or_cold() -> None:
+    """A strict replay, or a redelivered plan step, must see the context the model saw, whichever version of the
+    fleet assembles it: the prompts of 48 varied long runs (windows, scales, a model's summary) hash to what the
+    assembly before its memos (55e00ed) gave, on a first assembly and on a second with everything remembered."""
+    import hashlib
+
+    def digest() -> str:
+        seen = []
+        for body, budgets, count, summarized in _compaction_cases():
+            built = _assembled(body, budgets, count, summarized)
+            again = _assembled(body, budgets, count, summarized, History.of(body).chars)
+            assert again == built
+            seen.append(built.message if isinstance(built, Overflow) else
+                        [[m.model_dump(mode="json") for m in built.messages], built.tokens, built.compacted,
+                         repr(built.estimated)])
+        return hashlib.sha256(json.dumps(seen, sort_keys=True).encode()).hexdigest()
+
+    assert digest() == digest() == GOLDEN_COMPACTION
