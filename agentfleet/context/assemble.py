@@ -8,13 +8,12 @@ took and what was compacted; the planner stores that with the plan step, and ``a
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from agentfleet.context.budget import CORE, WHAT, Budgets, Part
-from agentfleet.context.compaction import Turn, compact_result, latest_turn_at, summary_text, turn_line, turns_of
+from agentfleet.context.compaction import Turn, compact_result, escaped, latest_turn_at, lined, summary_text, turns_of
 from agentfleet.context.counting import Heuristic, whole
 from agentfleet.loop.transcript import Message, message_chars
 
@@ -106,24 +105,30 @@ def _compacted(head: list[Message], latest: list[Message], older: list[Turn], co
     for i, messages in enumerate(kept):  # layer 1: old tool results -> reference and head
         if used <= room:
             break
+        changed = False
         for j, message in enumerate(messages):
             if message.role == "tool":
                 smaller = compact_result(message)
                 if smaller is not message:
                     messages[j] = smaller
                     results += 1
-        used -= sizes[i]
-        sizes[i] = count.messages(messages)
+                    changed = True
+        used -= sizes[i]  # taken out and put back even when unchanged: the same float operations as always
+        if changed:  # a turn left as it was keeps its size (sizing is what cost, per older turn and plan)
+            sizes[i] = count.messages(messages)
         used += sizes[i]
     # Layer 2: the oldest turns become one line each, as long as the recent turns left and the summary (never
     # more than its budget: layer 3 squeezes it) do not fit.
     cap = budgets.caps[Part.SUMMARY]
     costs: list[float] = []
+    lines: list[str] = []
     title = count.message(Message(role="system", content=summary_text([], 0, 0)))
-    start = 0
-    while start < len(kept) and used + (min(title + sum(costs), cap) if costs else 0.0) > room:
-        line = turn_line(older[start])
-        costs.append(count.chars(_escaped(line), 0))
+    start, total = 0, 0.0  # total: sum(costs), kept as ``sum`` adds (left to right), not summed again each turn
+    while start < len(kept) and used + (min(title + total, cap) if costs else 0.0) > room:
+        line, size = lined(older[start])
+        lines.append(line)
+        costs.append(count.chars(size, 0))
+        total += costs[-1]
         used -= sizes[start]
         start += 1
     summary: Message | None = None
@@ -133,11 +138,10 @@ def _compacted(head: list[Message], latest: list[Message], older: list[Turn], co
         squeezed, by_model = None, 0
         if summarized is not None and 0 < summarized[0] <= start:  # a model's summary of the first turns, then lines
             by_model, text = summarized
-            squeezed = _summary_within([turn_line(t) for t in older[by_model:start]], costs[by_model:], allowed,
-                                       count, text)
+            squeezed = _summary_within(lines[by_model:], costs[by_model:], allowed, count, text)
         if squeezed is None:
             by_model = 0
-            squeezed = _summary_within([turn_line(t) for t in older[:start]], costs, allowed, count)
+            squeezed = _summary_within(lines, costs, allowed, count)
         if squeezed is None:
             largest = max(CORE, key=lambda p: core[p])
             return _overflow(largest, core[largest], budgets.caps[largest], budgets,
@@ -152,20 +156,29 @@ def _compacted(head: list[Message], latest: list[Message], older: list[Turn], co
     return Assembled(messages, tokens, budgets, compacted, sum(core.values()) + used + summary_tokens)
 
 
-def _escaped(line: str) -> int:
-    """What a line adds to the summary message's ``message_chars``: its JSON-escaped UTF-8, and the newline."""
-    return len(json.dumps(line, ensure_ascii=False).encode())
-
-
 def _summary_within(lines: list[str], costs: list[float], allowed: float, count: Heuristic,
                     head: str | None = None) -> tuple[Message, float, int] | None:
     """The summary message of ``lines`` (``costs``: each line's tokens) that fits ``allowed`` tokens, keeping
     the oldest third and the newest lines it can, and how many it left out; None if not even its title fits."""
-    keep = len(lines)
     title = count.message(Message(role="system", content=summary_text([], 0, 0, head)))
-    marker = count.chars(_escaped(summary_text(["x", "y", "z"], 1, 1)) - _escaped(summary_text([], 0, 0)), 0)
-    while keep and title + marker + sum(costs[: keep // 3]) + sum(costs[len(lines) - (keep - keep // 3):]) > allowed:
-        keep -= 1  # estimated from the lines' costs; checked on the real message below
+    marker = count.chars(escaped(summary_text(["x", "y", "z"], 1, 1)) - escaped(summary_text([], 0, 0)), 0)
+
+    def estimate(keep: int) -> float:
+        return title + marker + sum(costs[: keep // 3]) + sum(costs[len(lines) - (keep - keep // 3):])
+
+    # The most lines the estimate lets in (none: 0), checked on the real message below. Each line fewer drops one
+    # cost, from the front or the back, and a float sum of costs (none negative) never grows when one is dropped:
+    # the estimate is monotone in ``keep``, so halving finds the ``keep`` stepping down one at a time found, in
+    # log(n) estimates instead of n (each O(n): stepping down was quadratic in the older turns).
+    keep, over = 0, len(lines)
+    if estimate(over) <= allowed:
+        keep = over
+    while over - keep > 1:
+        mid = (keep + over) // 2
+        if estimate(mid) <= allowed:
+            keep = mid
+        else:
+            over = mid
     while keep >= 0:
         first = keep // 3
         message = Message(role="system", content=summary_text(lines, first, keep - first, head))

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from agentfleet.constants import RESULT_REF_PREFIX
-from agentfleet.loop.transcript import Message
+from agentfleet.loop.transcript import IdentityMemo, Message
 
 RESULT_HEAD_CHARS = 160  # of a compacted tool result
 LINE_ARGS_CHARS = 80  # of a call's arguments, in a turn's line
@@ -54,6 +54,11 @@ def result_ref(call_id: str) -> str:
 
 
 def compact_result(message: Message) -> Message:
+    """``_compact_result``, remembered per message: an older turn's results are compacted again every plan."""
+    return _compacted(message)
+
+
+def _compact_result(message: Message) -> Message:
     """A tool result as its reference, its size and its head (layer 1). Already compact results, and results
     shorter than what would replace them, stay as they are."""
     content = message.content or ""
@@ -62,6 +67,12 @@ def compact_result(message: Message) -> Message:
     view = {"compacted": True, "ref": result_ref(message.tool_call_id), "chars": len(content),
             "head": content[:RESULT_HEAD_CHARS]}
     return message.model_copy(update={"content": json.dumps(view, sort_keys=True)})
+
+
+_compacted = IdentityMemo(_compact_result)
+# A turn's line by its model message: (the turn's number, its answers, the line, its ``escaped`` size); a number of 0
+# until one is written.
+_lines: IdentityMemo[Message, tuple[int, tuple[Message, ...], str, int]] = IdentityMemo(lambda _: (0, (), "", 0))
 
 
 def _is_compacted(content: str) -> bool:
@@ -74,6 +85,29 @@ def _clip(text: str, limit: int) -> str:
 
 def turn_line(turn: Turn) -> str:
     """One line for a finished turn (layer 2): what was called with what, what came back, where to read it."""
+    return lined(turn)[0]
+
+
+def lined(turn: Turn) -> tuple[str, int]:
+    """``turn_line`` and what it adds to the summary message's ``message_chars`` (``escaped``), remembered with the
+    turn's model message for the same place and the same answers: an older turn is written again every plan once the
+    transcript no longer fits."""
+    number, answers, line, size = _lines(turn.messages[0])
+    if number == turn.number and len(answers) == len(turn.messages) - 1 and all(
+            a is b for a, b in zip(answers, turn.messages[1:], strict=True)):
+        return line, size
+    line = _line(turn)
+    size = escaped(line)
+    _lines.remember(turn.messages[0], (turn.number, turn.messages[1:], line, size))
+    return line, size
+
+
+def escaped(line: str) -> int:
+    """What a line adds to the summary message's ``message_chars``: its JSON-escaped UTF-8, and the newline."""
+    return len(json.dumps(line, ensure_ascii=False).encode())
+
+
+def _line(turn: Turn) -> str:
     head, rest = turn.messages[0], turn.messages[1:]
     results = {m.tool_call_id: m.content or "" for m in rest if m.role == "tool"}
     parts = []

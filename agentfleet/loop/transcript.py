@@ -6,9 +6,10 @@ Plain pydantic data shared by the loop, the context builder and model adapters.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+import weakref
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, TypeAdapter
 
@@ -61,12 +62,41 @@ MESSAGES: TypeAdapter[list[Message]] = TypeAdapter(list[Message])
 
 
 _MESSAGE: TypeAdapter[Message] = TypeAdapter(Message)
+K = TypeVar("K")
+V = TypeVar("V")
 
 
-def message_chars(message: Message) -> int:
-    """What one message adds to the JSON of a list of messages (its UTF-8 bytes, ``None`` fields left out): the
-    unit the context builder sizes a prompt in (``context.builder.estimate_tokens``)."""
+class IdentityMemo(Generic[K, V]):
+    """Values derived from objects nobody changes once made (messages: every layer makes a new one, never edits one),
+    remembered for as long as the object lives and no longer (a weak reference; its death forgets the value). Sizing
+    a long run's older messages again each plan made prompt assembly grow with the run (benchmarks/README.md)."""
+
+    def __init__(self, make: Callable[[K], V]) -> None:
+        self._make = make
+        self._found: dict[int, tuple[weakref.ref[K], V]] = {}
+
+    def __call__(self, obj: K) -> V:
+        key = id(obj)
+        hit = self._found.get(key)
+        if hit is not None and hit[0]() is obj:
+            return hit[1]
+        value = self._make(obj)
+        self.remember(obj, value)
+        return value
+
+    def remember(self, obj: K, value: V) -> None:
+        """Remember ``value`` for ``obj`` in place of what was."""
+        key, found = id(obj), self._found
+        found[key] = (weakref.ref(obj, lambda _, key=key: found.pop(key, None)), value)  # type: ignore[misc]
+
+
+def _chars(message: Message) -> int:
     return len(_MESSAGE.dump_json(message, exclude_none=True))
+
+
+# What one message adds to the JSON of a list of messages (its UTF-8 bytes, ``None`` fields left out): the unit the
+# context builder sizes a prompt in (``context.builder.estimate_tokens``). Remembered per message.
+message_chars: IdentityMemo[Message, int] = IdentityMemo(_chars)
 
 
 def is_repair(message: Message) -> bool:
