@@ -70,9 +70,8 @@ def _compact_result(message: Message) -> Message:
 
 
 _compacted = IdentityMemo(_compact_result)
-# A turn's line by its model message: (the turn's number, its answers, the line, its ``escaped`` size); a number of 0
-# until one is written.
-_lines: IdentityMemo[Message, tuple[int, tuple[Message, ...], str, int]] = IdentityMemo(lambda _: (0, (), "", 0))
+# A turn's line by its model message: (the turn's number, its answers, the line, its ``escaped`` size).
+_lines: IdentityMemo[Message, tuple[int, tuple[Message, ...], str, int]] = IdentityMemo()
 
 
 def _is_compacted(content: str) -> bool:
@@ -92,10 +91,12 @@ def lined(turn: Turn) -> tuple[str, int]:
     """``turn_line`` and what it adds to the summary message's ``message_chars`` (``escaped``), remembered with the
     turn's model message for the same place and the same answers: an older turn is written again every plan once the
     transcript no longer fits."""
-    number, answers, line, size = _lines(turn.messages[0])
-    if number == turn.number and len(answers) == len(turn.messages) - 1 and all(
-            a is b for a, b in zip(answers, turn.messages[1:], strict=True)):
-        return line, size
+    found = _lines.get(turn.messages[0])
+    if found is not None:
+        number, answers, line, size = found
+        if number == turn.number and len(answers) == len(turn.messages) - 1 and all(
+                a is b for a, b in zip(answers, turn.messages[1:], strict=True)):
+            return line, size
     line = _line(turn)
     size = escaped(line)
     _lines.remember(turn.messages[0], (turn.number, turn.messages[1:], line, size))

@@ -71,23 +71,31 @@ class IdentityMemo(Generic[K, V]):
     remembered for as long as the object lives and no longer (a weak reference; its death forgets the value). Sizing
     a long run's older messages again each plan made prompt assembly grow with the run (benchmarks/README.md)."""
 
-    def __init__(self, make: Callable[[K], V]) -> None:
-        self._make = make
+    def __init__(self, make: Callable[[K], V] | None = None) -> None:
+        self._make = make or _unmade
         self._found: dict[int, tuple[weakref.ref[K], V]] = {}
 
     def __call__(self, obj: K) -> V:
-        key = id(obj)
-        hit = self._found.get(key)
-        if hit is not None and hit[0]() is obj:
-            return hit[1]
+        found = self.get(obj)
+        if found is not None:
+            return found
         value = self._make(obj)
         self.remember(obj, value)
         return value
+
+    def get(self, obj: K) -> V | None:
+        """What is remembered for ``obj``, or None."""
+        hit = self._found.get(id(obj))
+        return hit[1] if hit is not None and hit[0]() is obj else None
 
     def remember(self, obj: K, value: V) -> None:
         """Remember ``value`` for ``obj`` in place of what was."""
         key, found = id(obj), self._found
         found[key] = (weakref.ref(obj, lambda _, key=key: found.pop(key, None)), value)  # type: ignore[misc]
+
+
+def _unmade(obj: object) -> Any:
+    raise KeyError("nothing is made here: values are remembered (``IdentityMemo.remember``)")
 
 
 def _chars(message: Message) -> int:

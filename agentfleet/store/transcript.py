@@ -76,11 +76,10 @@ class _Kept:
     through: int
     complete: History
     planned: tuple[int, int, Message] | None = None
-    turn_chars: int = 0
 
     @property
     def weight(self) -> int:
-        return self.complete.chars + self.turn_chars
+        return self.complete.chars + (message_chars(self.planned[2]) if self.planned else 0)  # remembered per message
 
 
 class Transcripts(StoreBase):
@@ -208,7 +207,7 @@ class Transcripts(StoreBase):
             earlier = self._transcripts.pop(entry.run_id, None)
             self._transcripts_weight -= earlier.weight if earlier else 0
             if earlier is not None and entry.planned is None and earlier.through == entry.through:
-                entry = dataclasses.replace(entry, planned=earlier.planned, turn_chars=earlier.turn_chars)  # read, same
+                entry = dataclasses.replace(entry, planned=earlier.planned)  # a read, through the same iteration
             if entry.weight > TRANSCRIPT_BYTES_KEPT:
                 return
             self._transcripts[entry.run_id] = entry
@@ -226,7 +225,7 @@ class Transcripts(StoreBase):
         ``before``, every message of the iterations before (the last one's results were written by that commit), then
         ``turn``. Only once it committed: the next plan of the run in this process then needs no read
         (``planned_history``). The run's own messages only (not a lineage's)."""
-        self._keep(_Kept(run_id, iteration - 1, before, (iteration, version, turn), message_chars(turn)))
+        self._keep(_Kept(run_id, iteration - 1, before, (iteration, version, turn)))
 
     def planned_history(self, run_id: str, iteration: int, versions: Sequence[int]) -> History | None:
         """The run's transcript through the turn of ``iteration``, as this process's planner committed it at one of
