@@ -8,14 +8,15 @@ took and what was compacted; the planner stores that with the plan step, and ``a
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from agentfleet.context.budget import CORE, WHAT, Budgets, Part
-from agentfleet.context.compaction import Turn, compact_result, escaped, latest_turn_at, lined, summary_text, turns_of
+from agentfleet.context.compaction import escaped, latest_turn_at, summary_text
 from agentfleet.context.counting import Heuristic, whole
-from agentfleet.loop.transcript import Message, message_chars
+from agentfleet.context.older import Index, Lines, index
+from agentfleet.loop.transcript import Derived, Message, message_chars
 
 
 @dataclass(frozen=True)
@@ -52,7 +53,7 @@ class Overflow:
 def assemble(*, instructions: Sequence[Message], task: Sequence[Message], constraints: Sequence[str],
              tools: Sequence[dict[str, Any]], transcript: Sequence[Message], budgets: Budgets,
              counter: Heuristic | None = None, transcript_chars: int | None = None,
-             summarized: tuple[int, str] | None = None) -> Assembled | Overflow:
+             summarized: tuple[int, str] | None = None, derived: Derived | None = None) -> Assembled | Overflow:
     """The prompt: ``instructions`` (system prompt, examples), ``task`` (the goal), the compacted older turns,
     the latest turn and its results. ``constraints`` (short lines about this turn: budgets left, tools down)
     count as the task's and end the system prompt: a system message late in the conversation derails small
@@ -60,7 +61,9 @@ def assemble(*, instructions: Sequence[Message], task: Sequence[Message], constr
     ``transcript_chars``: the transcript's ``message_chars`` summed, when the caller keeps it (``History``): a
     prompt that fits then costs nothing per message of the transcript.
     ``summarized``: (n, text), a model's summary of the first ``n`` older turns, used in place of their lines when
-    at least that many are folded and it fits the summary's budget (else the lines, as without one)."""
+    at least that many are folded and it fits the summary's budget (else the lines, as without one).
+    ``derived``: the slot of the transcript's ``History`` where its older turns' index (context/older.py) is kept
+    as it grows: a prompt past the window then costs what the turns older since the last plan cost."""
     count = counter or Heuristic()
     cut = latest_turn_at(transcript)  # found from the end: a prompt that fits costs nothing per older message
     latest = list(transcript[cut:])
@@ -92,79 +95,118 @@ def assemble(*, instructions: Sequence[Message], task: Sequence[Message], constr
                   Part.RECENT.value: whole(older_tokens)}
         return Assembled([*head, *transcript], tokens, budgets,
                          estimated=sum(core.values()) + older_tokens)
-    return _compacted(head, latest, turns_of(transcript[:cut]), core, room, budgets, count, summarized)
+    kept = derived.value if derived is not None and isinstance(derived.value, Index) else None
+    older = index(transcript, cut, kept)
+    if derived is not None:
+        derived.value = older
+    return _compacted(head, latest, transcript, older, core, room, budgets, count, summarized)
 
 
-def _compacted(head: list[Message], latest: list[Message], older: list[Turn], core: dict[Part, float], room: float,
-               budgets: Budgets, count: Heuristic, summarized: tuple[int, str] | None) -> Assembled | Overflow:
+def _compacted(head: list[Message], latest: list[Message], transcript: Sequence[Message], older: Index,
+               core: dict[Part, float], room: float, budgets: Budgets, count: Heuristic,
+               summarized: tuple[int, str] | None) -> Assembled | Overflow:
     """Layers 1-3 in order, each only as far as needed, oldest turns first."""
-    kept = [list(t.messages) for t in older]
-    sizes = [count.messages(ms) for ms in kept]
-    used = sum(sizes)
-    results = 0
-    for i, messages in enumerate(kept):  # layer 1: old tool results -> reference and head
-        if used <= room:
-            break
-        changed = False
-        for j, message in enumerate(messages):
-            if message.role == "tool":
-                smaller = compact_result(message)
-                if smaller is not message:
-                    messages[j] = smaller
-                    results += 1
-                    changed = True
-        used -= sizes[i]  # taken out and put back even when unchanged: the same float operations as always
-        if changed:  # a turn left as it was keeps its size (sizing is what cost, per older turn and plan)
-            sizes[i] = count.messages(messages)
-        used += sizes[i]
-    # Layer 2: the oldest turns become one line each, as long as the recent turns left and the summary (never
-    # more than its budget: layer 3 squeezes it) do not fit.
     cap = budgets.caps[Part.SUMMARY]
-    costs: list[float] = []
-    lines: list[str] = []
     title = count.message(Message(role="system", content=summary_text([], 0, 0)))
-    start, total = 0, 0.0  # total: sum(costs), kept as ``sum`` adds (left to right), not summed again each turn
-    while start < len(kept) and used + (min(title + total, cap) if costs else 0.0) > room:
-        line, size = lined(older[start])
-        lines.append(line)
-        costs.append(count.chars(size, 0))
-        total += costs[-1]
-        used -= sizes[start]
-        start += 1
+    folds = _halved if older.exact_for(count) else _walked
+    done, start, used, span = folds(older, count, room, title, cap)
     summary: Message | None = None
-    summary_tokens, omitted = 0.0, 0
+    summary_tokens, omitted, by_model = 0.0, 0, 0
     if start:
         allowed = min(cap, room - used)
-        squeezed, by_model = None, 0
+        squeezed = None
         if summarized is not None and 0 < summarized[0] <= start:  # a model's summary of the first turns, then lines
             by_model, text = summarized
-            squeezed = _summary_within(lines[by_model:], costs[by_model:], allowed, count, text)
+            squeezed = _summary_within(Lines(older, transcript, by_model, start),
+                                       lambda a, b: span(by_model + a, by_model + b), allowed, count, text)
         if squeezed is None:
             by_model = 0
-            squeezed = _summary_within(lines, costs, allowed, count)
+            squeezed = _summary_within(Lines(older, transcript, 0, start), span, allowed, count)
         if squeezed is None:
             largest = max(CORE, key=lambda p: core[p])
             return _overflow(largest, core[largest], budgets.caps[largest], budgets,
                              f"what leaves room for a summary of the older turns ({whole(room)} left)")
         summary, summary_tokens, omitted = squeezed
-    recent = [m for ms in kept[start:] for m in ms]
+    recent = older.messages(transcript, start, done)
     messages = [*head, *([summary] if summary else []), *recent, *latest]
     tokens = {**{p.value: whole(t) for p, t in core.items()}, Part.SUMMARY.value: whole(summary_tokens),
               Part.RECENT.value: whole(used)}
-    compacted = {k: v for k, v in (("results", results), ("turns", start), ("omitted", omitted),
-                                   ("summarized", by_model if start else 0)) if v}
+    compacted = {k: v for k, v in (("results", older.columns.results[done]), ("turns", start), ("omitted", omitted),
+                                   ("summarized", by_model)) if v}
     return Assembled(messages, tokens, budgets, compacted, sum(core.values()) + used + summary_tokens)
 
 
-def _summary_within(lines: list[str], costs: list[float], allowed: float, count: Heuristic,
+Span = Callable[[int, int], float]  # the tokens of the lines of folded turns a..b-1, as ``sum`` adds their costs
+
+
+def _walked(older: Index, count: Heuristic, room: float, title: float,
+            cap: int) -> tuple[int, int, float, Span]:
+    """Where layers 1 and 2 stop (turns with results compacted, turns folded), the older turns' tokens left, and the
+    lines' tokens: found by walking the turns one by one, in the float operations assembly always made (whatever
+    the heuristic's scale, the same prompt as every earlier version of the fleet)."""
+    c, k = older.columns, older.turns
+    sizes = [count.chars(c.chars[t + 1] - c.chars[t], c.messages[t + 1] - c.messages[t]) for t in range(k)]
+    used = sum(sizes)
+    done = k
+    for i in range(k):  # layer 1: old tool results -> reference and head
+        if used <= room:
+            done = i
+            break
+        used -= sizes[i]  # taken out and put back even when unchanged: the same float operations as always
+        if c.results[i + 1] > c.results[i]:
+            sizes[i] = count.chars(c.compacted[i + 1] - c.compacted[i], c.messages[i + 1] - c.messages[i])
+        used += sizes[i]
+    # Layer 2: the oldest turns become one line each, as long as the recent turns left and the summary (never
+    # more than its budget: layer 3 squeezes it) do not fit.
+    costs: list[float] = []
+    start, total = 0, 0.0  # total: sum(costs), kept as ``sum`` adds (left to right), not summed again each turn
+    while start < k and used + (min(title + total, cap) if costs else 0.0) > room:
+        costs.append(count.chars(c.lines[start + 1] - c.lines[start], 0))
+        total += costs[-1]
+        used -= sizes[start]
+        start += 1
+    return done, start, used, lambda a, b: sum(costs[a:b])
+
+
+def _halved(older: Index, count: Heuristic, room: float, title: float,
+            cap: int) -> tuple[int, int, float, Span]:
+    """What ``_walked`` finds, found by halving over the index's running sums: log(turns) steps, not turns. Exact
+    where ``Index.exact_for`` says so: each sum is then the float the walk's additions made, and folding one more turn
+    never makes the prompt larger, so the first fold that fits is found by bisection."""
+    k, lines = older.turns, older.columns.lines
+
+    def used(done: int, start: int) -> float:
+        return count.chars(*older.size(start, k, done))
+
+    def span(a: int, b: int) -> float:
+        return count.chars(lines[b] - lines[a], 0)
+
+    done = _first(0, k, lambda i: used(i, 0) <= room)  # layer 1
+    start = 0 if k == 0 or used(done, 0) <= room else (  # layer 2: the title comes with the first fold
+        _first(1, k, lambda s: used(done, s) + min(title + span(0, s), cap) <= room))
+    return done, start, used(done, start), span
+
+
+def _first(lo: int, hi: int, fits: Callable[[int], bool]) -> int:
+    """The least ``i`` in ``lo..hi-1`` that ``fits`` (which, once true, stays true as ``i`` grows); else ``hi``."""
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if fits(mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+def _summary_within(lines: Sequence[str], span: Span, allowed: float, count: Heuristic,
                     head: str | None = None) -> tuple[Message, float, int] | None:
-    """The summary message of ``lines`` (``costs``: each line's tokens) that fits ``allowed`` tokens, keeping
+    """The summary message of ``lines`` (``span``: their tokens, by range) that fits ``allowed`` tokens, keeping
     the oldest third and the newest lines it can, and how many it left out; None if not even its title fits."""
     title = count.message(Message(role="system", content=summary_text([], 0, 0, head)))
     marker = count.chars(escaped(summary_text(["x", "y", "z"], 1, 1)) - escaped(summary_text([], 0, 0)), 0)
 
     def estimate(keep: int) -> float:
-        return title + marker + sum(costs[: keep // 3]) + sum(costs[len(lines) - (keep - keep // 3):])
+        return title + marker + span(0, keep // 3) + span(len(lines) - (keep - keep // 3), len(lines))
 
     # The most lines the estimate lets in (none: 0), checked on the real message below. Each line fewer drops one
     # cost, from the front or the back, and a float sum of costs (none negative) never grows when one is dropped:

@@ -123,6 +123,9 @@ class History:
     messages: list[Message] = field(default_factory=list)
     chars: int = 0  # the messages' ``message_chars``, summed
     repairs: int = 0  # how many are repair notes
+    # What the context assembly derived from these messages (``context.older.Index``: the older turns, weighed once
+    # each), handed on by ``plus``: it was derived from a part of the longer history's messages too.
+    derived: Derived = field(default_factory=lambda: Derived(), compare=False, repr=False)
 
     @classmethod
     def of(cls, messages: Iterable[Message]) -> History:
@@ -133,7 +136,18 @@ class History:
         if not added:
             return self
         return History([*self.messages, *added], self.chars + sum(map(message_chars, added)),
-                       self.repairs + sum(map(is_repair, added)))
+                       self.repairs + sum(map(is_repair, added)), Derived(self.derived.value))
+
+
+class Derived:
+    """A value another room derives from a history's messages and keeps with them. Mutable, unlike the history: it
+    is a memo, filled in when first needed; what it is derived from never changes (a history only grows by ``plus``,
+    into a new one), and a reader checks it covers the messages it is given (``context.older.Index.covers``)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: object = None) -> None:
+        self.value = value
 
 
 class ModelTurn(BaseModel):

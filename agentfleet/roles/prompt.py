@@ -83,7 +83,7 @@ def prompt_for(agent: Agent, run: RunRecord, limits: Limits, iteration: int, see
         earlier = thread_messages(thread, min(cap * THREAD_SHARE, room), counter) if thread else []
         return assemble(instructions=instructions, task=[*earlier, goal_message(run.input)], constraints=constraints,
                         tools=tools, transcript=seen.messages, budgets=budgets, counter=counter,
-                        transcript_chars=seen.chars, summarized=summary)
+                        transcript_chars=seen.chars, summarized=summary, derived=seen.derived)
 
     built = build(tools, counter)
     if isinstance(built, Assembled) and built.compacted and all(t["name"] != READ_ARTIFACT_TOOL for t in tools):

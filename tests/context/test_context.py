@@ -302,3 +302,114 @@ def test_a_plan_past_the_window_sizes_and_lines_only_what_is_new_since_the_last(
     again = _assembled(grown.messages, budgets, Heuristic(), None, grown.chars)
     assert isinstance(again, Assembled)
     assert len(sized) <= 10 and len(lined) <= 3, (len(sized), len(lined))
+
+
+@pytest.mark.parametrize("window", [4096, 32_768])
+def test_a_plan_past_the_window_costs_the_same_at_turn_1600_as_at_turn_400(window: int,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Remembering what each older message weighs still walked every older turn on every plan: ~3 µs a turn, a plan
+    at turn 3,000 costing 15 times one at turn 200 (benchmarks/README.md). The older turns are indexed with the run's
+    ``History`` as it grows (context/older.py), and the fold points found by halving: a plan of a run grown by a turn
+    looks up as many remembered values at turn 1,600 as at turn 400."""
+    from agentfleet.loop.transcript import IdentityMemo
+
+    budgets = ContextBudget(window=window, output_reserve=window // 8).resolve(None, None)
+    body = _long_run(1601, 11)
+
+    def lookups(n: int) -> int:
+        start = len(_long_run(n, 11))
+        history = History.of(body[:start])
+        assemble(instructions=[Message(role="system", content=system_prompt("Be brief."))],
+                 task=[goal_message({"path": "."})], constraints=["2 steps left"], tools=TOOLS,
+                 transcript=history.messages, budgets=budgets, transcript_chars=history.chars,
+                 derived=history.derived)
+        grown = history.plus(body[start:len(_long_run(n + 1, 11))])
+        counted = [0]
+        get = IdentityMemo.get
+        monkeypatch.setattr(IdentityMemo, "get", lambda self, obj: (counted.__setitem__(0, counted[0] + 1),
+                                                                    get(self, obj))[1])
+        built = assemble(instructions=[Message(role="system", content=system_prompt("Be brief."))],
+                         task=[goal_message({"path": "."})], constraints=["2 steps left"], tools=TOOLS,
+                         transcript=grown.messages, budgets=budgets, transcript_chars=grown.chars,
+                         derived=grown.derived)
+        monkeypatch.setattr(IdentityMemo, "get", get)
+        assert isinstance(built, Assembled) and built.compacted.get("turns", 0) > 200
+        assert grown.derived.value.exact_for(Heuristic())  # the folds found by halving
+        assert built == _assembled(grown.messages, budgets, Heuristic(), None)  # the same prompt, indexed or not
+        return counted[0]
+
+    early, late = lookups(400), lookups(1600)
+    assert late <= early * 1.1 + 20, (early, late)
+
+
+_TEXT = st.text(alphabet=st.sampled_from(['a', ' ', '"', '\\', 'é', '\n', '\u2028', '{']), max_size=700)
+
+
+@st.composite
+def _runs(draw: st.DrawFn) -> list[list[Message]]:
+    """Turns as a hostile model and hostile tools would make them: quotes and backslashes that escape twice in a line,
+    results just over and far over what compacting keeps, repair notes, turns with no calls; cut where plans fall."""
+    turns = []
+    for i in range(draw(st.integers(1, 60))):
+        calls = [ToolCall(id=f"c{i}-{k}", name="t", arguments={"q": draw(_TEXT)})
+                 for k in range(draw(st.integers(0, 2)))]
+        turn = [Message(role="assistant", content=draw(st.none() | _TEXT), tool_calls=calls)]
+        turn += [Message(role="tool", tool_call_id=c.id, content=draw(_TEXT)) for c in calls]
+        if draw(st.booleans()) and draw(st.booleans()):
+            turn.append(Message(role="user", name=REPAIR_MESSAGE_NAME, content=draw(_TEXT)))
+        turns.append(turn)
+    return turns
+
+
+@settings(max_examples=80, deadline=None)
+@given(_runs(), st.sampled_from([256, 512, 1024, 4096]), st.lists(st.integers(1, 8), min_size=1, max_size=6),
+       st.none() | st.tuples(st.integers(1, 20), st.just("What a model made of the first turns.")))
+def test_folds_found_by_halving_are_the_folds_found_by_walking_the_turns(
+        turns: list[list[Message]], window: int, steps: list[int], summarized: tuple[int, str] | None) -> None:
+    """Halving over the index's sums decides only where that is exact (the default heuristic, no turn made heavier by
+    compacting, no line heavier than its turn); everywhere, a history grown plan by plan (and a sibling grown from the
+    same one, which must not see its turns) assembles what walking every turn assembles."""
+    from unittest import mock
+
+    from agentfleet.context.older import Index
+
+    budgets = ContextBudget(window=window, output_reserve=window // 8).resolve(None, None)
+
+    def built(history: History, walked: bool = False) -> Assembled | Overflow:
+        with mock.patch.object(Index, "exact_for", lambda self, count: False) if walked else mock.MagicMock():
+            return assemble(instructions=[Message(role="system", content=system_prompt("Be brief."))],
+                            task=[goal_message({"path": "."})], constraints=["2 steps left"], tools=TOOLS,
+                            transcript=history.messages, budgets=budgets, transcript_chars=history.chars,
+                            summarized=summarized, derived=history.derived if not walked else None)
+
+    history, at = History(), 0
+    for step in steps:
+        parent = history
+        history = parent.plus(m for turn in turns[at:at + step] for m in turn)
+        sibling = parent.plus(m for turn in turns[at + step:at + 2 * step] for m in turn)
+        at += step
+        for grown in (history, sibling):
+            assert built(grown) == built(grown, walked=True)
+
+
+def test_a_result_compacting_makes_heavier_sends_its_run_back_to_the_walk() -> None:
+    """241 quotes are 482 characters as a message's JSON and 640 compacted (the head is escaped twice): compacting that
+    turn makes the prompt larger again, so "fits with i turns compacted" is no longer monotone and halving would stop
+    at a different turn than the walk (window 1970 here: 16 turns compacted and 2 folded instead of 1 compacted). The
+    index marks such a turn, and its run is walked."""
+    from agentfleet.context.compaction import latest_turn_at
+    from agentfleet.context.older import index
+
+    def turn(i: int, result: str) -> list[Message]:
+        call = ToolCall(id=f"c{i}", name="t", arguments={})
+        return [Message(role="assistant", tool_calls=[call]),
+                Message(role="tool", tool_call_id=call.id, content=result)]
+
+    body = [*turn(0, "a" * 3000), *turn(1, '"' * 241), *[m for i in range(2, 17) for m in turn(i, "ok")]]
+    history = History.of(body)
+    built = assemble(instructions=[Message(role="system", content=system_prompt("Be brief."))],
+                     task=[goal_message({"p": 1})], constraints=[], tools=TOOLS, transcript=history.messages,
+                     budgets=ContextBudget(window=1970, output_reserve=64).resolve(None, None),
+                     transcript_chars=history.chars, derived=history.derived)
+    assert isinstance(built, Assembled) and built.compacted == {"results": 1}
+    assert not index(body, latest_turn_at(body)).exact_for(Heuristic())

@@ -1,0 +1,157 @@
+"""A transcript's older turns, indexed once each as the run grows, so that compacting them costs a plan the same at
+turn 3,000 as at turn 30.
+
+Compaction (context/assemble.py) weighs every older turn as it is and with its old results compacted, and a folded
+turn by its line. Walking them all on every plan made a plan past the window cost ~3 µs an older turn even with each
+message's size remembered (benchmarks/README.md). Here each turn is weighed once, when it first becomes older, and the
+weights are kept as running sums (``Index``): the weight of any run of turns is a difference of two sums, so the fold
+points are found by halving. The index is kept with the run's ``History`` (``History.derived``), which hands it on to
+the longer history ``plus`` makes: a plan indexes only the turns that became older since the last one.
+
+Sums are integers (characters and message counts), so they are exact; the heuristic turns them into tokens where a
+fold point is decided (``Index.exact_for``: only where every float the old walk added is exact too, so both ways
+decide alike).
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import overload
+
+from agentfleet.context.compaction import Turn, compact_result, lined, turns_of
+from agentfleet.context.counting import Heuristic
+from agentfleet.loop.transcript import Message, message_chars
+
+
+class _Columns:
+    """Running sums over the turns of one history and its descendants, from 0: entry ``t`` sums turns ``0..t-1``.
+    Append-only, shared by the views (``Index``) of every history grown from the same one; a view that finds turns
+    appended past its own (another branch grown from the same history) copies its part before appending its own."""
+
+    __slots__ = ("chars", "compacted", "lines", "messages", "odd", "results", "starts")
+
+    def __init__(self) -> None:
+        self.starts = array("q", [0])  # where each turn starts in the transcript; the last entry: where they end
+        self.chars = array("q", [0])  # their messages' ``message_chars`` as they are
+        self.compacted = array("q", [0])  # ... with old tool results compacted (layer 1)
+        self.messages = array("q", [0])  # how many messages
+        self.results = array("q", [0])  # how many tool results compacting changes
+        self.lines = array("q", [0])  # their lines' ``escaped`` sizes (layer 2)
+        self.odd = array("q", [0])  # turns that make halving unsafe (``Index.exact_for``)
+
+    def truncated(self, turns: int) -> _Columns:
+        copy = _Columns()
+        for name in self.__slots__:
+            setattr(copy, name, getattr(self, name)[: turns + 1])
+        return copy
+
+
+# A fold is decided on floats: (chars / chars_per_token + per_message * count) * scale, summed turn by turn. With the
+# default heuristic every such value is a multiple of a half and far below 2**52, so every sum and difference is exact
+# and a difference of running sums is what the walk's additions gave, bit for bit.
+_EXACT = Heuristic()
+# A turn's line may weigh no more than the turn (its messages' chars plus this much a message) for halving to be safe:
+# folding a turn then never makes the prompt larger, so "does it fit with s turns folded" only turns true as s grows.
+_LINE_SLACK = int(_EXACT.per_message * _EXACT.chars_per_token)
+_LIMIT = 2**40  # chars summed: far inside a double's exact integers even as halves
+
+
+@dataclass(frozen=True)
+class Index:
+    """The first ``turns`` turns of a transcript, which end where its messages ``[:through]`` end."""
+
+    columns: _Columns
+    turns: int
+    through: int
+    last: Message | None  # ``transcript[through - 1]``: a view handed to another transcript is checked by it
+
+    def covers(self, transcript: Sequence[Message], cut: int) -> bool:
+        return self.through <= cut and (self.through == 0 or transcript[self.through - 1] is self.last)
+
+    def exact_for(self, count: Heuristic) -> bool:
+        """Whether halving decides exactly as walking the turns one by one did: the default heuristic (exact in
+        floating point), sums within range, no compacted turn heavier than the turn, and no line heavier than its
+        turn. A run that has one such turn is compacted by the walk (``assemble``), as before."""
+        c = self.columns
+        return (count == _EXACT and c.odd[self.turns] == 0 and c.chars[self.turns] < _LIMIT
+                and c.lines[self.turns] < _LIMIT)
+
+    def size(self, lo: int, hi: int, compacted_below: int = 0) -> tuple[int, int]:
+        """Characters and messages of turns ``lo..hi-1``, those below ``compacted_below`` with results compacted."""
+        c = self.columns
+        mid = min(max(lo, compacted_below), hi)
+        return (c.compacted[mid] - c.compacted[lo] + c.chars[hi] - c.chars[mid], c.messages[hi] - c.messages[lo])
+
+    def turn(self, transcript: Sequence[Message], t: int) -> Turn:
+        starts = self.columns.starts
+        return Turn(tuple(transcript[starts[t]:starts[t + 1]]), t + 1)
+
+    def messages(self, transcript: Sequence[Message], lo: int, compacted_below: int) -> list[Message]:
+        """The messages of turns ``lo`` and later, those below ``compacted_below`` with their results compacted."""
+        starts = self.columns.starts
+        split = starts[max(lo, min(compacted_below, self.turns))]
+        return [*(compact_result(m) if m.role == "tool" else m for m in transcript[starts[lo]:split]),
+                *transcript[split:self.through]]
+
+
+def index(transcript: Sequence[Message], cut: int, kept: Index | None = None) -> Index:
+    """The turns of ``transcript[:cut]`` (``cut``: where its latest turn starts), from ``kept`` when that covers a
+    part of this transcript (a shorter history's), weighing only the turns after it."""
+    if kept is None or not kept.covers(transcript, cut):
+        kept = Index(_Columns(), 0, 0, None)
+    if kept.through == cut:
+        return kept
+    columns = kept.columns
+    if len(columns.starts) - 1 != kept.turns:  # a sibling grew them past this view: copy this view's part
+        columns = columns.truncated(kept.turns)
+    at, number = kept.through, kept.turns
+    for turn in turns_of(transcript[kept.through:cut]):
+        number += 1
+        ms = turn.messages
+        chars = sum(map(message_chars, ms))
+        smaller = [compact_result(m) if m.role == "tool" else m for m in ms]
+        compacted = sum(map(message_chars, smaller))
+        _, line = lined(Turn(ms, number))
+        at += len(ms)
+        columns.starts.append(at)
+        columns.chars.append(columns.chars[-1] + chars)
+        columns.compacted.append(columns.compacted[-1] + compacted)
+        columns.messages.append(columns.messages[-1] + len(ms))
+        columns.results.append(columns.results[-1] + sum(a is not b for a, b in zip(ms, smaller, strict=True)))
+        columns.lines.append(columns.lines[-1] + line)
+        columns.odd.append(columns.odd[-1] + (compacted > chars or line > compacted + _LINE_SLACK * len(ms)))
+    return Index(columns, number, cut, transcript[cut - 1])
+
+
+class Lines(Sequence[str]):
+    """The lines of turns ``lo..hi-1``, written when read (each remembered with its turn's model message): a summary
+    keeps the oldest and the newest, however many turns are folded. A summary squeezed to its budget is written
+    again a few times, a line fewer each, so each line read is kept here too."""
+
+    def __init__(self, older: Index, transcript: Sequence[Message], lo: int, hi: int) -> None:
+        self._older, self._transcript, self._lo, self._hi = older, transcript, lo, hi
+        self._read: dict[int, str] = {}
+
+    def __len__(self) -> int:
+        return self._hi - self._lo
+
+    @overload
+    def __getitem__(self, i: int) -> str: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[str]: ...
+
+    def __getitem__(self, i: int | slice) -> str | list[str]:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        if not -len(self) <= i < len(self):
+            raise IndexError(i)
+        t = self._lo + i % len(self)
+        line = self._read.get(t)
+        if line is None:
+            line = self._read[t] = lined(self._older.turn(self._transcript, t))[0]
+        return line
+
+    def __iter__(self) -> Iterator[str]:
+        return (self[j] for j in range(len(self)))
