@@ -30,7 +30,7 @@ class _Columns:
     Append-only, shared by the views (``Index``) of every history grown from the same one; a view that finds turns
     appended past its own (another branch grown from the same history) copies its part before appending its own."""
 
-    __slots__ = ("chars", "compacted", "lines", "messages", "odd", "results", "starts")
+    __slots__ = ("chars", "compacted", "lines", "messages", "odd", "results", "smaller", "starts", "text")
 
     def __init__(self) -> None:
         self.starts = array("q", [0])  # where each turn starts in the transcript; the last entry: where they end
@@ -40,11 +40,17 @@ class _Columns:
         self.results = array("q", [0])  # how many tool results compacting changes
         self.lines = array("q", [0])  # their lines' ``escaped`` sizes (layer 2)
         self.odd = array("q", [0])  # turns that make halving unsafe (``Index.exact_for``)
+        # Not sums: each older message as layer 1 leaves it (its own object if compacting changes nothing), and each
+        # turn's line. A prompt past the window is mostly these (the recent turns, the summary's lines): slicing them
+        # is what keeps a plan at a small fraction of a millisecond for a window of a thousand turns.
+        self.smaller: list[Message] = []
+        self.text: list[str] = []
 
     def truncated(self, turns: int) -> _Columns:
         copy = _Columns()
-        for name in self.__slots__:
+        for name in ("chars", "compacted", "lines", "messages", "odd", "results", "starts"):
             setattr(copy, name, getattr(self, name)[: turns + 1])
+        copy.smaller, copy.text = self.smaller[: self.starts[turns]], self.text[:turns]
         return copy
 
 
@@ -84,16 +90,15 @@ class Index:
         mid = min(max(lo, compacted_below), hi)
         return (c.compacted[mid] - c.compacted[lo] + c.chars[hi] - c.chars[mid], c.messages[hi] - c.messages[lo])
 
-    def turn(self, transcript: Sequence[Message], t: int) -> Turn:
-        starts = self.columns.starts
-        return Turn(tuple(transcript[starts[t]:starts[t + 1]]), t + 1)
+    def lines(self, lo: int, hi: int) -> list[str]:
+        """The lines of turns ``lo..hi-1``."""
+        return self.columns.text[lo:hi]
 
     def messages(self, transcript: Sequence[Message], lo: int, compacted_below: int) -> list[Message]:
         """The messages of turns ``lo`` and later, those below ``compacted_below`` with their results compacted."""
         starts = self.columns.starts
         split = starts[max(lo, min(compacted_below, self.turns))]
-        return [*(compact_result(m) if m.role == "tool" else m for m in transcript[starts[lo]:split]),
-                *transcript[split:self.through]]
+        return [*self.columns.smaller[starts[lo]:split], *transcript[split:self.through]]
 
 
 def index(transcript: Sequence[Message], cut: int, kept: Index | None = None) -> Index:
@@ -113,8 +118,10 @@ def index(transcript: Sequence[Message], cut: int, kept: Index | None = None) ->
         chars = sum(map(message_chars, ms))
         smaller = [compact_result(m) if m.role == "tool" else m for m in ms]
         compacted = sum(map(message_chars, smaller))
-        _, line = lined(Turn(ms, number))
+        text, line = lined(Turn(ms, number))
         at += len(ms)
+        columns.smaller += smaller
+        columns.text.append(text)
         columns.starts.append(at)
         columns.chars.append(columns.chars[-1] + chars)
         columns.compacted.append(columns.compacted[-1] + compacted)
@@ -126,13 +133,10 @@ def index(transcript: Sequence[Message], cut: int, kept: Index | None = None) ->
 
 
 class Lines(Sequence[str]):
-    """The lines of turns ``lo..hi-1``, written when read (each remembered with its turn's model message): a summary
-    keeps the oldest and the newest, however many turns are folded. A summary squeezed to its budget is written
-    again a few times, a line fewer each, so each line read is kept here too."""
+    """The lines of turns ``lo..hi-1``, as ``summary_text`` reads them (a summary keeps the oldest and the newest)."""
 
-    def __init__(self, older: Index, transcript: Sequence[Message], lo: int, hi: int) -> None:
-        self._older, self._transcript, self._lo, self._hi = older, transcript, lo, hi
-        self._read: dict[int, str] = {}
+    def __init__(self, older: Index, lo: int, hi: int) -> None:
+        self._older, self._lo, self._hi = older, lo, hi
 
     def __len__(self) -> int:
         return self._hi - self._lo
@@ -144,14 +148,13 @@ class Lines(Sequence[str]):
 
     def __getitem__(self, i: int | slice) -> str | list[str]:
         if isinstance(i, slice):
-            return [self[j] for j in range(*i.indices(len(self)))]
+            start, stop, step = i.indices(len(self))
+            if step != 1:
+                return [self[j] for j in range(start, stop, step)]
+            return self._older.lines(self._lo + start, self._lo + max(start, stop))
         if not -len(self) <= i < len(self):
             raise IndexError(i)
-        t = self._lo + i % len(self)
-        line = self._read.get(t)
-        if line is None:
-            line = self._read[t] = lined(self._older.turn(self._transcript, t))[0]
-        return line
+        return self._older.columns.text[self._lo + i % len(self)]
 
     def __iter__(self) -> Iterator[str]:
-        return (self[j] for j in range(len(self)))
+        return iter(self._older.lines(self._lo, self._hi))
