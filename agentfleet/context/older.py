@@ -15,6 +15,7 @@ decide alike).
 
 from __future__ import annotations
 
+import threading
 from array import array
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -30,7 +31,7 @@ class _Columns:
     Append-only, shared by the views (``Index``) of every history grown from the same one; a view that finds turns
     appended past its own (another branch grown from the same history) copies its part before appending its own."""
 
-    __slots__ = ("chars", "compacted", "lines", "messages", "odd", "results", "smaller", "starts", "text")
+    __slots__ = ("chars", "compacted", "guard", "lines", "messages", "odd", "results", "smaller", "starts", "text")
 
     def __init__(self) -> None:
         self.starts = array("q", [0])  # where each turn starts in the transcript; the last entry: where they end
@@ -45,6 +46,7 @@ class _Columns:
         # is what keeps a plan at a small fraction of a millisecond for a window of a thousand turns.
         self.smaller: list[Message] = []
         self.text: list[str] = []
+        self.guard = threading.Lock()  # appending: a view checks it is the longest and appends as one step
 
     def truncated(self, turns: int) -> _Columns:
         copy = _Columns()
@@ -108,11 +110,9 @@ def index(transcript: Sequence[Message], cut: int, kept: Index | None = None) ->
         kept = Index(_Columns(), 0, 0, None)
     if kept.through == cut:
         return kept
-    columns = kept.columns
-    if len(columns.starts) - 1 != kept.turns:  # a sibling grew them past this view: copy this view's part
-        columns = columns.truncated(kept.turns)
+    rows = []
     at, number = kept.through, kept.turns
-    for turn in turns_of(transcript[kept.through:cut]):
+    for turn in turns_of(transcript[kept.through:cut]):  # weighed first, appended together below
         number += 1
         ms = turn.messages
         chars = sum(map(message_chars, ms))
@@ -120,15 +120,22 @@ def index(transcript: Sequence[Message], cut: int, kept: Index | None = None) ->
         compacted = sum(map(message_chars, smaller))
         text, line = lined(Turn(ms, number))
         at += len(ms)
-        columns.smaller += smaller
-        columns.text.append(text)
-        columns.starts.append(at)
-        columns.chars.append(columns.chars[-1] + chars)
-        columns.compacted.append(columns.compacted[-1] + compacted)
-        columns.messages.append(columns.messages[-1] + len(ms))
-        columns.results.append(columns.results[-1] + sum(a is not b for a, b in zip(ms, smaller, strict=True)))
-        columns.lines.append(columns.lines[-1] + line)
-        columns.odd.append(columns.odd[-1] + (compacted > chars or line > compacted + _LINE_SLACK * len(ms)))
+        rows.append((at, chars, compacted, len(ms), sum(a is not b for a, b in zip(ms, smaller, strict=True)), line,
+                     compacted > chars or line > compacted + _LINE_SLACK * len(ms), smaller, text))
+    columns = kept.columns
+    with columns.guard:  # two plans of one run at once (a redelivery): one appends, the other copies
+        if len(columns.starts) - 1 != kept.turns:  # a sibling grew them past this view: copy this view's part
+            columns = columns.truncated(kept.turns)
+        for at, chars, compacted, count, results, line, odd, smaller, text in rows:
+            columns.starts.append(at)
+            columns.chars.append(columns.chars[-1] + chars)
+            columns.compacted.append(columns.compacted[-1] + compacted)
+            columns.messages.append(columns.messages[-1] + count)
+            columns.results.append(columns.results[-1] + results)
+            columns.lines.append(columns.lines[-1] + line)
+            columns.odd.append(columns.odd[-1] + odd)
+            columns.smaller += smaller
+            columns.text.append(text)
     return Index(columns, number, cut, transcript[cut - 1])
 
 

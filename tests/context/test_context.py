@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import array
 import json
 import random
 import time
@@ -413,3 +414,46 @@ def test_a_result_compacting_makes_heavier_sends_its_run_back_to_the_walk() -> N
                      transcript_chars=history.chars, derived=history.derived)
     assert isinstance(built, Assembled) and built.compacted == {"results": 1}
     assert not index(body, latest_turn_at(body)).exact_for(Heuristic())
+
+
+class _Yielding(array.array):  # type: ignore[type-arg]
+    def append(self, value: int) -> None:
+        time.sleep(0.0005)
+        super().append(value)
+
+
+def test_histories_grown_from_one_history_in_threads_each_index_their_own_turns() -> None:
+    """A planner's threads may plan two deliveries of one run at once (a redelivery beside the first), each from a
+    history grown from the one the process keeps: the index they share is extended by one of them and copied by the
+    other, never appended to by both."""
+    import threading
+
+    from agentfleet.context.compaction import latest_turn_at
+    from agentfleet.context.older import index
+
+    body = _long_run(60, 5)
+    grown = [_long_run(61 + k, 5 + k)[len(body):] for k in range(6)]  # a different next turn or few for each
+    for _ in range(10):
+        base = History.of(body[: len(_long_run(40, 5))])
+        base.derived.value = index(base.messages, latest_turn_at(base.messages))
+        columns = base.derived.value.columns
+        columns.starts = _Yielding("q", columns.starts)  # a thread between its check and its append lets others in
+        children = [base.plus([*body[len(base.messages):], *more]) for more in grown]
+        got: list[object] = [None] * len(children)
+
+        def plan(child: History, got: list[object], k: int) -> None:
+            got[k] = index(child.messages, latest_turn_at(child.messages), child.derived.value)
+
+        threads = [threading.Thread(target=plan, args=(c, got, k)) for k, c in enumerate(children)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for child, view in zip(children, got, strict=True):
+            fresh = index(child.messages, latest_turn_at(child.messages))
+            assert view.turns == fresh.turns and view.through == fresh.through  # type: ignore[attr-defined]
+            for name in ("starts", "chars", "compacted", "messages", "results", "lines", "odd"):
+                mine = getattr(view.columns, name)[: view.turns + 1]  # type: ignore[attr-defined]
+                assert mine == getattr(fresh.columns, name), name
+            assert view.columns.text[: view.turns] == fresh.columns.text  # type: ignore[attr-defined]
+            assert view.columns.smaller[: view.through] == fresh.columns.smaller  # type: ignore[attr-defined]
