@@ -15,7 +15,7 @@ from typing import Any
 from agentfleet.context.budget import CORE, WHAT, Budgets, Part
 from agentfleet.context.compaction import escaped, latest_turn_at, summary_text
 from agentfleet.context.counting import Heuristic, whole
-from agentfleet.context.older import Index, Lines, index
+from agentfleet.context.older import Index, Lines, indexed
 from agentfleet.loop.transcript import Derived, Message, message_chars
 
 
@@ -95,10 +95,7 @@ def assemble(*, instructions: Sequence[Message], task: Sequence[Message], constr
                   Part.RECENT.value: whole(older_tokens)}
         return Assembled([*head, *transcript], tokens, budgets,
                          estimated=sum(core.values()) + older_tokens)
-    kept = derived.value if derived is not None and isinstance(derived.value, Index) else None
-    older = index(transcript, cut, kept)
-    if derived is not None:
-        derived.value = older
+    older = indexed(transcript, cut, derived)
     return _compacted(head, latest, transcript, older, core, room, budgets, count, summarized)
 
 

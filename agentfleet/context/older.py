@@ -23,7 +23,7 @@ from typing import overload
 
 from agentfleet.context.compaction import Turn, compact_result, lined, turns_of
 from agentfleet.context.counting import Heuristic
-from agentfleet.loop.transcript import Message, message_chars
+from agentfleet.loop.transcript import Derived, Message, message_chars
 
 
 class _Columns:
@@ -137,6 +137,15 @@ def index(transcript: Sequence[Message], cut: int, kept: Index | None = None) ->
             columns.smaller += smaller
             columns.text.append(text)
     return Index(columns, number, cut, transcript[cut - 1])
+
+
+def indexed(transcript: Sequence[Message], cut: int, derived: Derived | None) -> Index:
+    """``index``, from the one a history keeps (``History.derived``), which then keeps the one returned."""
+    kept = derived.value if derived is not None and isinstance(derived.value, Index) else None
+    older = index(transcript, cut, kept)
+    if derived is not None:
+        derived.value = older
+    return older
 
 
 class Lines(Sequence[str]):

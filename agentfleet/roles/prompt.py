@@ -19,8 +19,9 @@ from agentfleet.constants import READ_ARTIFACT_TOOL
 from agentfleet.context.assemble import Assembled, Overflow, assemble
 from agentfleet.context.budget import CORE, Part
 from agentfleet.context.builder import goal_message, system_prompt
-from agentfleet.context.compaction import latest_turn_at, turn_line, turns_of
+from agentfleet.context.compaction import latest_turn_at
 from agentfleet.context.counting import Heuristic, whole
+from agentfleet.context.older import indexed
 from agentfleet.context.thread import thread_messages
 from agentfleet.fleet.gate import Offer
 from agentfleet.loop.budgets import Limits, budget_line
@@ -127,9 +128,9 @@ def _summarize(agent: Agent, run: RunRecord, iteration: int, seen: History, summ
     lines stand in) when the call fails or says nothing. Not retried: the lines are a fallback that always fits."""
     model = agent.summary_model
     assert model is not None
-    turns = turns_of(seen.messages[: latest_turn_at(seen.messages)])
+    older = indexed(seen.messages, latest_turn_at(seen.messages), seen.derived)  # what the assembly just indexed
     start = summary[0] if summary else 0
-    new = "\n".join(turn_line(t) for t in turns[start:folded])
+    new = "\n".join(older.lines(start, folded))
     messages = [Message(role="system", content=SUMMARY_INSTRUCTIONS.format(tokens=max(1, budget // 2))),
                 Message(role="user", content=f"Task: {json.dumps(run.input, sort_keys=True)[:2000]}\n\n"
                                              f"Summary so far:\n{summary[1] if summary else '(none)'}\n\n"
@@ -143,3 +144,4 @@ def _summarize(agent: Agent, run: RunRecord, iteration: int, seen: History, summ
         return None, Usage()
     text = (turn.text or "").strip()
     return (text or None), turn.usage
+

@@ -457,3 +457,19 @@ def test_histories_grown_from_one_history_in_threads_each_index_their_own_turns(
                 assert mine == getattr(fresh.columns, name), name
             assert view.columns.text[: view.turns] == fresh.columns.text  # type: ignore[attr-defined]
             assert view.columns.smaller[: view.through] == fresh.columns.smaller  # type: ignore[attr-defined]
+
+
+def test_the_index_has_each_older_turns_line_as_a_summary_model_is_given_it() -> None:
+    """A summary model is given the lines of the turns folded since its last summary; they come from the index (each
+    plan past the window folds one more turn: splitting the whole transcript into turns for it grew with the run)."""
+    from agentfleet.context.compaction import latest_turn_at, turn_line
+    from agentfleet.context.older import indexed
+
+    body = _long_run(120, 3)
+    cut = latest_turn_at(body)
+    history = History.of(body[:40])
+    indexed(history.messages, latest_turn_at(history.messages), history.derived)
+    grown = history.plus(body[40:])
+    older = indexed(grown.messages, cut, grown.derived)
+    assert older.lines(0, older.turns) == [turn_line(t) for t in turns_of(body[:cut])]
+    assert older.lines(30, 90) == [turn_line(t) for t in turns_of(body[:cut])[30:90]]
