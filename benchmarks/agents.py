@@ -115,6 +115,25 @@ bench_loop = Agent(
 )
 
 
+class SmallWindowModel(LoopModel):
+    """``LoopModel`` declaring a small window: its runs are compacted from the first few dozen turns on."""
+
+    name = "bench-loop-small-window"
+    context_window = 4096
+
+
+# The growth suite's run past its window: what compacting older turns costs a plan, late in a run as early.
+bench_window = Agent(
+    "bench_window",
+    instructions="Benchmark loop with a small window.",
+    model=SmallWindowModel(),
+    goal_schema=LOOP_GOAL,
+    result_schema=LOOP_RESULT,
+    tools=[noop],
+    limits=Limits(max_steps=10_000, max_tokens=10**12, max_cost_usd=10**6, deadline_s=10**6),
+)
+
+
 def _delegate_held(request: ModelRequest) -> ModelTurn:
     """A parent that hands its one call to a child run that holds (the slow child of the delegation suite)."""
     if request.iteration == 0:

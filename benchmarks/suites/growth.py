@@ -3,10 +3,12 @@ takes longer late in a long plain run than early in it (issue 23: first 10% agai
 
 from __future__ import annotations
 
+import json
 import statistics
 
 from sqlalchemy import text
 
+from agentfleet.store import Store
 from benchmarks.common import ONE_EACH, Report, Sizes, fleet
 from benchmarks.suites.overhead import iteration_times_ms
 
@@ -28,6 +30,11 @@ def run(sizes: Sizes, report: Report) -> None:
         transcript = sum(len(m.model_dump_json()) for m in f.store.transcript(run_id))
         long_id = f.run("bench_loop", {"iterations": sizes.long_run_iterations + 1})
         times = iteration_times_ms(f.store, long_id)
+        # The same past a 4,096-token window (compacted from about the twelfth turn on): bench_loop's turns pass 128k
+        # only at ~1,250 iterations, and a plan's assembly once grew with every turn past it (benchmarks/README.md).
+        windowed_id = f.run("bench_window", {"iterations": sizes.long_run_iterations + 1, "turn_chars": 200})
+        windowed = iteration_times_ms(f.store, windowed_id)
+        folded = _turns_folded_last(f.store, windowed_id)
     ordered = [per_iter[i] for i in sorted(per_iter)][:-1]  # the last iteration is the final answer
     tenth = max(1, len(ordered) // 10)
     first, last = statistics.mean(ordered[:tenth]), statistics.mean(ordered[-tenth:])
@@ -46,3 +53,18 @@ def run(sizes: Sizes, report: Report) -> None:
     report.add(SUITE, "long_run_iterations", sizes.long_run_iterations)
     report.add(SUITE, "long_run_first_last_10pct_median_ms", [early, late])
     report.add(SUITE, "long_run_last_over_first", round(late / early, 3), f"{late / early:.2f} (flat = 1.00)")
+    tenth_of_run = max(1, len(windowed) // 10)
+    early = round(statistics.median(windowed[:tenth_of_run]), 2)
+    late = round(statistics.median(windowed[-tenth_of_run:]), 2)
+    report.add(SUITE, "past_window_first_last_10pct_median_ms", [early, late])
+    report.add(SUITE, "past_window_last_over_first", round(late / early, 3), f"{late / early:.2f} (flat = 1.00)")
+    report.add(SUITE, "past_window_turns_folded_at_the_end", folded)
+
+
+def _turns_folded_last(store: Store, run_id: str) -> int:
+    """How many older turns the run's last plan folded into the summary (its plan step's context report)."""
+    with store.engine.connect() as conn:
+        output = conn.execute(text("SELECT output FROM steps WHERE run_id = :r AND kind = 'plan' "
+                                   "ORDER BY iteration DESC LIMIT 1"), {"r": run_id}).scalar_one()
+    found = (json.loads(output) if isinstance(output, str) else output or {}).get("context") or {}
+    return int((found.get("compacted") or {}).get("turns", 0))

@@ -46,6 +46,10 @@ def test_each_benchmark_suite_runs_on_a_tiny_size(suite: str) -> None:
         assert figures["long_run_iterations"] == sizes.long_run_iterations
         first, last = figures["long_run_first_last_10pct_median_ms"]
         assert first > 0 and last > 0 and figures["long_run_last_over_first"] == round(last / first, 3)
+        # the same past a small window: the prompt compacted from the first tenth on (its assembly must not grow)
+        first, last = figures["past_window_first_last_10pct_median_ms"]
+        assert first > 0 and last > 0 and figures["past_window_last_over_first"] == round(last / first, 3)
+        assert figures["past_window_turns_folded_at_the_end"] > 0
     if suite == "recovery":
         assert figures["kills"] == 1
     if suite == "in_flight":
