@@ -104,34 +104,23 @@ class LoopModel:
         return ModelTurn(text=text or None, tool_calls=[call], usage=usage, model=self.name)
 
 
-bench_loop = Agent(
-    "bench_loop",
-    instructions="Benchmark loop.",
-    model=LoopModel(),
-    goal_schema=LOOP_GOAL,
-    result_schema=LOOP_RESULT,
-    tools=[noop, nap, hold, gated],
-    limits=Limits(max_steps=10_000, max_tokens=10**12, max_cost_usd=10**6, deadline_s=10**6),
-)
+# A loop agent's limits: never what ends a benchmark's run.
+LOOP_LIMITS = Limits(max_steps=10_000, max_tokens=10**12, max_cost_usd=10**6, deadline_s=10**6)
+
+bench_loop = Agent("bench_loop", instructions="Benchmark loop.", model=LoopModel(), goal_schema=LOOP_GOAL,
+                   result_schema=LOOP_RESULT, tools=[noop, nap, hold, gated], limits=LOOP_LIMITS)
 
 
 class SmallWindowModel(LoopModel):
-    """``LoopModel`` declaring a small window: its runs are compacted from the first few dozen turns on."""
+    """``LoopModel`` declaring a small window: its runs are compacted from the twelfth turn or so on."""
 
     name = "bench-loop-small-window"
     context_window = 4096
 
 
 # The growth suite's run past its window: what compacting older turns costs a plan, late in a run as early.
-bench_window = Agent(
-    "bench_window",
-    instructions="Benchmark loop with a small window.",
-    model=SmallWindowModel(),
-    goal_schema=LOOP_GOAL,
-    result_schema=LOOP_RESULT,
-    tools=[noop],
-    limits=Limits(max_steps=10_000, max_tokens=10**12, max_cost_usd=10**6, deadline_s=10**6),
-)
+bench_window = Agent("bench_window", instructions="Benchmark loop with a small window.", model=SmallWindowModel(),
+                     goal_schema=LOOP_GOAL, result_schema=LOOP_RESULT, tools=[noop], limits=LOOP_LIMITS)
 
 
 def _delegate_held(request: ModelRequest) -> ModelTurn:
