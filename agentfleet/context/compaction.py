@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from agentfleet.constants import RESULT_REF_PREFIX
-from agentfleet.loop.transcript import IdentityMemo, Message
+from agentfleet.loop.transcript import Message
 
 RESULT_HEAD_CHARS = 160  # of a compacted tool result
 LINE_ARGS_CHARS = 80  # of a call's arguments, in a turn's line
@@ -54,11 +54,6 @@ def result_ref(call_id: str) -> str:
 
 
 def compact_result(message: Message) -> Message:
-    """``_compact_result``, remembered per message: an older turn's results are compacted again every plan."""
-    return _compacted(message)
-
-
-def _compact_result(message: Message) -> Message:
     """A tool result as its reference, its size and its head (layer 1). Already compact results, and results
     shorter than what would replace them, stay as they are."""
     content = message.content or ""
@@ -67,11 +62,6 @@ def _compact_result(message: Message) -> Message:
     view = {"compacted": True, "ref": result_ref(message.tool_call_id), "chars": len(content),
             "head": content[:RESULT_HEAD_CHARS]}
     return message.model_copy(update={"content": json.dumps(view, sort_keys=True)})
-
-
-_compacted = IdentityMemo(_compact_result)
-# A turn's line by its model message: (the turn's number, its answers, the line, its ``escaped`` size).
-_lines: IdentityMemo[Message, tuple[int, tuple[Message, ...], str, int]] = IdentityMemo()
 
 
 def _is_compacted(content: str) -> bool:
@@ -88,19 +78,10 @@ def turn_line(turn: Turn) -> str:
 
 
 def lined(turn: Turn) -> tuple[str, int]:
-    """``turn_line`` and what it adds to the summary message's ``message_chars`` (``escaped``), remembered with the
-    turn's model message for the same place and the same answers: an older turn is written again every plan once the
-    transcript no longer fits."""
-    found = _lines.get(turn.messages[0])
-    if found is not None:
-        number, answers, line, size = found
-        if number == turn.number and len(answers) == len(turn.messages) - 1 and all(
-                a is b for a, b in zip(answers, turn.messages[1:], strict=True)):
-            return line, size
+    """``turn_line`` and what it adds to the summary message's ``message_chars`` (``escaped``). Written once a turn,
+    when it first becomes older: the run's index keeps both (context/older.py)."""
     line = _line(turn)
-    size = escaped(line)
-    _lines.remember(turn.messages[0], (turn.number, turn.messages[1:], line, size))
-    return line, size
+    return line, escaped(line)
 
 
 def escaped(line: str) -> int:

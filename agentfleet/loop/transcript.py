@@ -71,8 +71,8 @@ class IdentityMemo(Generic[K, V]):
     remembered for as long as the object lives and no longer (a weak reference; its death forgets the value). Sizing
     a long run's older messages again each plan made prompt assembly grow with the run (benchmarks/README.md)."""
 
-    def __init__(self, make: Callable[[K], V] | None = None) -> None:
-        self._make = make or _unmade
+    def __init__(self, make: Callable[[K], V]) -> None:
+        self._make = make
         self._found: dict[int, tuple[weakref.ref[K], V]] = {}
 
     def __call__(self, obj: K) -> V:
@@ -92,10 +92,6 @@ class IdentityMemo(Generic[K, V]):
         """Remember ``value`` for ``obj`` in place of what was."""
         key, found = id(obj), self._found
         found[key] = (weakref.ref(obj, lambda _, key=key: found.pop(key, None)), value)  # type: ignore[misc]
-
-
-def _unmade(obj: object) -> Any:
-    raise KeyError("nothing is made here: values are remembered (``IdentityMemo.remember``)")
 
 
 def _chars(message: Message) -> int:

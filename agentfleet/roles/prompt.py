@@ -144,4 +144,3 @@ def _summarize(agent: Agent, run: RunRecord, iteration: int, seen: History, summ
         return None, Usage()
     text = (turn.text or "").strip()
     return (text or None), turn.usage
-

@@ -3,7 +3,6 @@ takes longer late in a long plain run than early in it (issue 23: first 10% agai
 
 from __future__ import annotations
 
-import json
 import statistics
 
 from sqlalchemy import text
@@ -63,8 +62,6 @@ def run(sizes: Sizes, report: Report) -> None:
 
 def _turns_folded_last(store: Store, run_id: str) -> int:
     """How many older turns the run's last plan folded into the summary (its plan step's context report)."""
-    with store.engine.connect() as conn:
-        output = conn.execute(text("SELECT output FROM steps WHERE run_id = :r AND kind = 'plan' "
-                                   "ORDER BY iteration DESC LIMIT 1"), {"r": run_id}).scalar_one()
-    found = (json.loads(output) if isinstance(output, str) else output or {}).get("context") or {}
-    return int((found.get("compacted") or {}).get("turns", 0))
+    plans = [s for s in store.steps(run_id) if s["kind"] == "plan"]
+    output = plans[-1]["output"] if plans else None
+    return int((((output or {}).get("context") or {}).get("compacted") or {}).get("turns", 0))

@@ -17,7 +17,7 @@ from agentfleet.context.compaction import turns_of
 from agentfleet.context.counting import whole
 from agentfleet.errors import ConfigurationError
 from agentfleet.loop import Message, ToolCall
-from agentfleet.loop.transcript import History, message_chars
+from agentfleet.loop.transcript import Derived, History, message_chars
 
 TOOLS = [{"name": "t", "description": "a tool", "parameters": {"type": "object"}}]
 
@@ -254,10 +254,10 @@ def _compaction_cases() -> list[tuple[list[Message], Budgets, Heuristic, tuple[i
 
 
 def _assembled(body: list[Message], budgets: Budgets, count: Heuristic, summarized: tuple[int, str] | None,
-               chars: int | None = None) -> Assembled | Overflow:
+               chars: int | None = None, derived: Derived | None = None) -> Assembled | Overflow:
     return assemble(instructions=[Message(role="system", content=system_prompt("Be brief."))],
                     task=[goal_message({"path": "."})], constraints=["2 steps left"], tools=TOOLS, transcript=body,
-                    budgets=budgets, counter=count, transcript_chars=chars, summarized=summarized)
+                    budgets=budgets, counter=count, transcript_chars=chars, summarized=summarized, derived=derived)
 
 
 def test_compaction_assembles_exactly_what_it_did_before_it_was_made_cheaper_warm_or_cold() -> None:
@@ -284,15 +284,16 @@ def test_a_plan_past_the_window_sizes_and_lines_only_what_is_new_since_the_last(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Once a transcript no longer fits, every older turn was sized again and written again as a line on every plan:
     13.9 ms of CPU a plan at 800 turns in an 8k window, growing with the run (benchmarks/README.md). What a message
-    weighs, its compacted form and a turn's line are remembered with the message, so the next plan of a run grown by a
-    turn sizes and writes only what is new (the prompt is the same, pinned above)."""
+    weighs is remembered with the message, and its compacted form and a turn's line with the run's ``History`` (its
+    index, context/older.py), so the next plan of a run grown by a turn sizes and writes only what is new (the prompt
+    is the same, pinned above)."""
     from agentfleet.context import compaction
     from agentfleet.loop import transcript as messages
 
     body = _long_run(400, 7)
     budgets = ContextBudget(window=4096, output_reserve=512).resolve(None, None)
     history = History.of(body)
-    first = _assembled(history.messages, budgets, Heuristic(), None, history.chars)
+    first = _assembled(history.messages, budgets, Heuristic(), None, history.chars, history.derived)
     assert isinstance(first, Assembled) and first.compacted.get("turns", 0) > 100
     grown = history.plus(_long_run(401, 7)[len(body):])  # one turn more, as the next plan sees it
     sized: list[Message] = []
@@ -300,7 +301,7 @@ def test_a_plan_past_the_window_sizes_and_lines_only_what_is_new_since_the_last(
     chars, line = messages._chars, compaction._line
     monkeypatch.setattr(messages.message_chars, "_make", lambda m: (sized.append(m), chars(m))[1])
     monkeypatch.setattr(compaction, "_line", lambda t: (lined.append(t), line(t))[1])
-    again = _assembled(grown.messages, budgets, Heuristic(), None, grown.chars)
+    again = _assembled(grown.messages, budgets, Heuristic(), None, grown.chars, grown.derived)  # as the planner does
     assert isinstance(again, Assembled)
     assert len(sized) <= 10 and len(lined) <= 3, (len(sized), len(lined))
 
