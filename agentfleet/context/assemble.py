@@ -15,7 +15,7 @@ from typing import Any
 from agentfleet.context.budget import CORE, WHAT, Budgets, Part
 from agentfleet.context.compaction import escaped, latest_turn_at, summary_text
 from agentfleet.context.counting import Heuristic, whole
-from agentfleet.context.older import Index, Lines, indexed
+from agentfleet.context.older import Index, indexed
 from agentfleet.loop.transcript import Derived, Message, message_chars
 
 
@@ -114,11 +114,11 @@ def _compacted(head: list[Message], latest: list[Message], transcript: Sequence[
         squeezed = None
         if summarized is not None and 0 < summarized[0] <= start:  # a model's summary of the first turns, then lines
             by_model, text = summarized
-            squeezed = _summary_within(Lines(older, by_model, start),
+            squeezed = _summary_within(older.lines(by_model, start),
                                        lambda a, b: span(by_model + a, by_model + b), allowed, count, text)
         if squeezed is None:
             by_model = 0
-            squeezed = _summary_within(Lines(older, 0, start), span, allowed, count)
+            squeezed = _summary_within(older.lines(0, start), span, allowed, count)
         if squeezed is None:
             largest = max(CORE, key=lambda p: core[p])
             return _overflow(largest, core[largest], budgets.caps[largest], budgets,

@@ -17,9 +17,8 @@ from __future__ import annotations
 
 import threading
 from array import array
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import overload
 
 from agentfleet.context.compaction import Turn, compact_result, lined, turns_of
 from agentfleet.context.counting import Heuristic
@@ -118,21 +117,21 @@ def index(transcript: Sequence[Message], cut: int, kept: Index | None = None) ->
         chars = sum(map(message_chars, ms))
         smaller = [compact_result(m) if m.role == "tool" else m for m in ms]
         compacted = sum(map(message_chars, smaller))
-        text, line = lined(Turn(ms, number))
+        text, line_chars = lined(Turn(ms, number))
         at += len(ms)
-        rows.append((at, chars, compacted, len(ms), sum(a is not b for a, b in zip(ms, smaller, strict=True)), line,
-                     compacted > chars or line > compacted + _LINE_SLACK * len(ms), smaller, text))
+        rows.append((at, chars, compacted, len(ms), sum(a is not b for a, b in zip(ms, smaller, strict=True)),
+                     line_chars, compacted > chars or line_chars > compacted + _LINE_SLACK * len(ms), smaller, text))
     columns = kept.columns
     with columns.guard:  # two plans of one run at once (a redelivery): one appends, the other copies
         if len(columns.starts) - 1 != kept.turns:  # a sibling grew them past this view: copy this view's part
             columns = columns.truncated(kept.turns)
-        for at, chars, compacted, count, results, line, odd, smaller, text in rows:
+        for at, chars, compacted, count, results, line_chars, odd, smaller, text in rows:
             columns.starts.append(at)
             columns.chars.append(columns.chars[-1] + chars)
             columns.compacted.append(columns.compacted[-1] + compacted)
             columns.messages.append(columns.messages[-1] + count)
             columns.results.append(columns.results[-1] + results)
-            columns.lines.append(columns.lines[-1] + line)
+            columns.lines.append(columns.lines[-1] + line_chars)
             columns.odd.append(columns.odd[-1] + odd)
             columns.smaller += smaller
             columns.text.append(text)
@@ -147,30 +146,3 @@ def indexed(transcript: Sequence[Message], cut: int, derived: Derived | None) ->
         derived.value = older
     return older
 
-
-class Lines(Sequence[str]):
-    """The lines of turns ``lo..hi-1``, as ``summary_text`` reads them (a summary keeps the oldest and the newest)."""
-
-    def __init__(self, older: Index, lo: int, hi: int) -> None:
-        self._older, self._lo, self._hi = older, lo, hi
-
-    def __len__(self) -> int:
-        return self._hi - self._lo
-
-    @overload
-    def __getitem__(self, i: int) -> str: ...
-    @overload
-    def __getitem__(self, i: slice) -> list[str]: ...
-
-    def __getitem__(self, i: int | slice) -> str | list[str]:
-        if isinstance(i, slice):
-            start, stop, step = i.indices(len(self))
-            if step != 1:
-                return [self[j] for j in range(start, stop, step)]
-            return self._older.lines(self._lo + start, self._lo + max(start, stop))
-        if not -len(self) <= i < len(self):
-            raise IndexError(i)
-        return self._older.columns.text[self._lo + i % len(self)]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._older.lines(self._lo, self._hi))
