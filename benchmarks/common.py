@@ -101,6 +101,13 @@ def percentile(samples: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
+def first_last_tenth_ms(samples: list[float]) -> list[float]:
+    """The median of a run's first tenth and of its last (issue 23: a step late in a run costs what an early one
+    does), rounded first, so that a ratio of the two is the one of the figures shown."""
+    tenth = max(1, len(samples) // 10)
+    return [round(statistics.median(samples[:tenth]), 2), round(statistics.median(samples[-tenth:]), 2)]
+
+
 @dataclass
 class Fleet:
     env: dict[str, str]
@@ -236,9 +243,10 @@ def cpu_ms_per_iteration(before: dict[str, float], after: dict[str, float], iter
     return {**per, "total": round(sum(per.values()), 2)}
 
 
-def _stat(pid: int | str) -> tuple[str, int]:
-    """A process's name (comm) and the user + system clock ticks it has used so far, from /proc (Linux)."""
-    stat = Path(f"/proc/{pid}/stat").read_text()
+def proc_stat(pid: int | str, tid: int | str | None = None) -> tuple[str, int]:
+    """A process's (or one of its threads') name (comm) and the user + system clock ticks it has used so far, from
+    /proc (Linux). A process's count includes its threads that have ended."""
+    stat = Path(f"/proc/{pid}/stat" if tid is None else f"/proc/{pid}/task/{tid}/stat").read_text()
     head, _, rest = stat.rpartition(") ")  # comm is in parentheses and may itself hold ") "
     fields = rest.split()
     return head.partition(" (")[2], int(fields[11]) + int(fields[12])
@@ -246,7 +254,7 @@ def _stat(pid: int | str) -> tuple[str, int]:
 
 def cpu_seconds(pid: int) -> float:
     """User + system CPU the process has used so far, from /proc (Linux)."""
-    return _stat(pid)[1] / os.sysconf("SC_CLK_TCK")
+    return proc_stat(pid)[1] / os.sysconf("SC_CLK_TCK")
 
 
 def voluntary_switches(pid: int) -> int:
@@ -284,7 +292,7 @@ def _process_ticks() -> dict[int, tuple[str, int]]:
     for entry in os.scandir("/proc"):
         if entry.name.isdigit():
             with contextlib.suppress(OSError):  # gone since the listing
-                found[int(entry.name)] = _stat(entry.name)
+                found[int(entry.name)] = proc_stat(entry.name)
     return found
 
 

@@ -24,15 +24,9 @@ from agentfleet import constants as C
 from agentfleet.store.db import scratch_database
 from agentfleet.workers.roles import ROLES
 from benchmarks.celery_floor import floor_workers
-from benchmarks.common import ONE_EACH, PG_ADMIN, fleet
+from benchmarks.common import ONE_EACH, PG_ADMIN, fleet, proc_stat
 
 TICK_MS = 1000 / os.sysconf("SC_CLK_TCK")
-
-
-def _ticks(stat_path: str) -> int:
-    with open(stat_path) as stat:
-        fields = stat.read().rsplit(")", 1)[1].split()
-    return int(fields[11]) + int(fields[12])  # utime + stime
 
 
 @dataclass(frozen=True)
@@ -48,8 +42,8 @@ class Threads:
         live = {}
         for tid in os.listdir(f"/proc/{pid}/task"):
             with contextlib.suppress(OSError):  # ended while listed
-                live[tid] = _ticks(f"/proc/{pid}/task/{tid}/stat")
-        return cls(_ticks(f"/proc/{pid}/stat"), live.get(str(pid), 0), live)
+                live[tid] = proc_stat(pid, tid)[1]
+        return cls(proc_stat(pid)[1], live.get(str(pid), 0), live)
 
     def since(self, before: Threads, pid: int, messages: int) -> dict[str, float]:
         """ms a message: consumer (main thread), pool (other threads alive at the end), ended, total."""

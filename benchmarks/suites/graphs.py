@@ -8,10 +8,9 @@ function call in one process with a checkpoint written before the next (``durabi
 from __future__ import annotations
 
 import itertools
-import statistics
 
 from agentfleet.store.db import scratch_database
-from benchmarks.common import ONE_EACH, PG_ADMIN, Report, Sizes, fleet
+from benchmarks.common import ONE_EACH, PG_ADMIN, Report, Sizes, first_last_tenth_ms, fleet
 from benchmarks.peers import run_peer
 from benchmarks.suites.overhead import iteration_times_ms
 
@@ -36,9 +35,8 @@ def run(sizes: Sizes, report: Report) -> None:
     with scratch_database(PG_ADMIN, prefix="agentfleet_bench") as url:
         langgraph = run_peer("langgraph_loop.py", url, rounds)
     ours = report.add_ms(SUITE, "agentfleet_graph_node", nodes)
-    tenth = max(1, len(nodes) // 10)  # a node late in a run costs what an early one does (no replay from the start)
-    report.add(SUITE, "agentfleet_graph_node_first_last_10pct_median_ms",
-               [round(statistics.median(nodes[:tenth]), 2), round(statistics.median(nodes[-tenth:]), 2)])
+    # a node late in a run costs what an early one does (no replay from the start)
+    report.add(SUITE, "agentfleet_graph_node_first_last_10pct_median_ms", first_last_tenth_ms(nodes))
     iteration = report.add_ms(SUITE, "agentfleet_agent_iteration", iterations)
     report.add_ratio(SUITE, "graph_node_over_agent_iteration", ours, iteration)
     # LangGraph's samples are plan-to-plan, three nodes each.

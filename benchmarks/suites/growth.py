@@ -8,7 +8,7 @@ import statistics
 from sqlalchemy import text
 
 from agentfleet.store import Store
-from benchmarks.common import ONE_EACH, Report, Sizes, fleet
+from benchmarks.common import ONE_EACH, Report, Sizes, first_last_tenth_ms, fleet
 from benchmarks.suites.overhead import iteration_times_ms
 
 SUITE = "growth"
@@ -45,18 +45,11 @@ def run(sizes: Sizes, report: Report) -> None:
     report.add(SUITE, "stored_bytes_total", stored)
     report.add(SUITE, "transcript_bytes", transcript)
     report.add(SUITE, "stored_over_transcript", round(stored / transcript, 2), f"{stored / transcript:.2f}×")
-    tenth_of_run = max(1, len(times) // 10)
-    # rounded first, so the ratio printed is the one of the figures printed beside it
-    early = round(statistics.median(times[:tenth_of_run]), 2)
-    late = round(statistics.median(times[-tenth_of_run:]), 2)
     report.add(SUITE, "long_run_iterations", sizes.long_run_iterations)
-    report.add(SUITE, "long_run_first_last_10pct_median_ms", [early, late])
-    report.add(SUITE, "long_run_last_over_first", round(late / early, 3), f"{late / early:.2f} (flat = 1.00)")
-    tenth_of_run = max(1, len(windowed) // 10)
-    early = round(statistics.median(windowed[:tenth_of_run]), 2)
-    late = round(statistics.median(windowed[-tenth_of_run:]), 2)
-    report.add(SUITE, "past_window_first_last_10pct_median_ms", [early, late])
-    report.add(SUITE, "past_window_last_over_first", round(late / early, 3), f"{late / early:.2f} (flat = 1.00)")
+    for name, samples in (("long_run", times), ("past_window", windowed)):
+        early, late = first_last_tenth_ms(samples)
+        report.add(SUITE, f"{name}_first_last_10pct_median_ms", [early, late])
+        report.add(SUITE, f"{name}_last_over_first", round(late / early, 3), f"{late / early:.2f} (flat = 1.00)")
     report.add(SUITE, "past_window_turns_folded_at_the_end", folded)
 
 
