@@ -377,7 +377,7 @@ def _plan_first(step: Step, agent: Agent, iteration: int, new_messages: list[Mes
     known, moved on to the iteration, and the plan step, the turn and the decision committed together. The run as it
     will be once moved on (``run``) is what the gates, the prompt and the decision see; the commit's move makes it so
     or fails the transaction whole (``RunMovedOn``: the turn goes on, carried, the usual way)."""
-    run = dataclasses.replace(known, state=RunState.PLANNING, iteration=iteration, version=known.version + 1)
+    run = known.replace(state=RunState.PLANNING, iteration=iteration, version=known.version + 1)
     limits = Limits.model_validate(run.limits)
     started_at = now()
     gate = check_gates(limits, run.usage, iteration, run.elapsed_s(), run.steps_used)
@@ -759,7 +759,7 @@ def _end_in(step: Step, conn: Connection, current: RunRecord, run: RunRecord, ne
                      output={"error_code": code, "message": message}, duration_ms=0.0)
     turn = planned.turn if planned else None
     usage = _usage_fields(current, turn)
-    ended = dataclasses.replace(current, **usage)  # type: ignore[arg-type]
+    ended = current.replace(**usage)
     result = result_of(ended, status=status, output=output, error_code=code, message=message,
                        recovery_suggestion=RECOVERY_SUGGESTIONS.get(code) if code else None)
     return end_run(step, conn, current, result, **usage)

@@ -12,7 +12,6 @@ costs the read.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import threading
 from collections import OrderedDict
@@ -81,7 +80,7 @@ class RunsLeft:
         if left.state == RunState.OBSERVING:
             return left
         if left.state == RunState.EXECUTING:
-            return dataclasses.replace(left, state=RunState.OBSERVING, version=left.version + 1)
+            return left.replace(state=RunState.OBSERVING, version=left.version + 1)
         return None
 
     def finished(self, run_id: str, left: RunLeft) -> RunRecord | None:
@@ -94,8 +93,8 @@ class RunsLeft:
             return None
         if kept.version == left.from_version and kept.state != RunState.OBSERVING:
             return None  # the planner's handling moved on from an observer's move: only that is vouched for
-        return dataclasses.replace(kept, version=left.version, state=left.state, iteration=left.iteration,
-                                   updated_at=left.updated_at, **{c: getattr(left, c) for c in UNVERSIONED})
+        return kept.replace(version=left.version, state=left.state, iteration=left.iteration,
+                            updated_at=left.updated_at, **{c: getattr(left, c) for c in UNVERSIONED})
 
 
 def left_by(run: RunRecord, from_version: int | None = None) -> RunLeft:

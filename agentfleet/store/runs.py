@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 from collections.abc import Sequence
@@ -211,7 +210,7 @@ class Runs(StoreBase):
             log.warning("illegal transition ignored", extra={"run_id": run.run_id, "from": run.state, "to": target})
             return None
         changed = dict(state=target, version=run.version + 1, updated_at=now(), **fields)
-        moved = dataclasses.replace(run, **changed)
+        moved = run.replace(**changed)
         change = self._transition(run, moved) if self.hooks is not None or self.audit else None
         params = {**changed, "state": str(target), "run_id": run.run_id, "from_state": str(run.state),
                   "from_version": run.version}

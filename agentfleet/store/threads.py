@@ -7,7 +7,6 @@ runs × messages.
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 from collections import OrderedDict
 from datetime import datetime
@@ -52,7 +51,7 @@ class Threads(StoreBase):
         if seq is None:
             return run
         conn.execute(update(T.runs).where(T.runs.c.run_id == run.run_id).values(thread_seq=seq))
-        return dataclasses.replace(run, thread_seq=seq)
+        return run.replace(thread_seq=seq)
 
     def thread_turn(self, conn: Connection, thread_id: str) -> RunRecord | None:
         """Whose turn it is on the thread: its run going now (started, not ended), else its pending run with the
