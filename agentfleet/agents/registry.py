@@ -17,6 +17,7 @@ from pydantic import BaseModel
 from agentfleet.agents.plugins import load_plugins
 from agentfleet.constants import DELEGATE_TOOL, FINAL_ANSWER_TOOL, READ_ARTIFACT_TOOL
 from agentfleet.context.budget import ContextBudget
+from agentfleet.context.counting import ToolSpecs, spec_chars
 from agentfleet.errors import ConfigurationError
 from agentfleet.events.domain import Trigger
 from agentfleet.loop.budgets import Limits
@@ -146,6 +147,7 @@ class Agent:
         self.model = model
         self.goal_schema = _as_schema(goal_schema, "goal_schema", name)
         self.result_schema = _as_schema(result_schema, "result_schema", name)
+        self._final_chars: tuple[object, int] = (None, 0)  # the final-answer tool's size, for this result schema
         self.limits = limits or Limits()
         if context is not None and not isinstance(context, ContextBudget):
             raise ConfigurationError(f"agent {name!r}: context takes a ContextBudget (agentfleet.ContextBudget)")
@@ -205,16 +207,19 @@ class Agent:
         """The names a model's call may use (what ``tool`` resolves)."""
         return [*self.tools, *([] if READ_ARTIFACT_TOOL in self.tools else [READ_ARTIFACT_TOOL])]
 
-    def tool_specs(self, offered: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    def tool_specs(self, offered: Sequence[str] | None = None) -> ToolSpecs:
         """What the model is offered: the agent's tools (those named in ``offered``, when given) plus the
-        final-answer tool."""
+        final-answer tool, each with its size measured once (``ToolSpecs``)."""
         final = {
             "name": FINAL_ANSWER_TOOL,
             "description": "Finish the run with this result. Call it alone, once.",
             "parameters": self.result_schema,
         }
+        schema, chars = self._final_chars
+        if schema is not self.result_schema:
+            self._final_chars = (self.result_schema, chars := spec_chars(final))
         tools = self.tools.values() if offered is None else [self.tools[n] for n in offered if n in self.tools]
-        return [t.spec() for t in tools] + [final]
+        return ToolSpecs([*((t.spec(), t.spec_chars) for t in tools), (final, chars)])
 
     def __repr__(self) -> str:
         return f"Agent({self.name!r}, tools={list(self.tools)})"

@@ -14,7 +14,7 @@ so a prompt that fits costs nothing per message of the transcript to size.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,7 +54,8 @@ class Heuristic:
         """Tool definitions, as a template renders them: their JSON, and a line each."""
         if not specs:
             return 0.0
-        return self.chars(sum(len(json.dumps(s, sort_keys=True).encode()) for s in specs), len(specs))
+        chars = specs.chars if isinstance(specs, ToolSpecs) else sum(map(spec_chars, specs))
+        return self.chars(chars, len(specs))
 
     def scaled(self, estimated: float, exact: int) -> Heuristic:
         """This heuristic, scaled so that a prompt it estimated at ``estimated`` would count ``exact`` (and a
@@ -63,6 +64,25 @@ class Heuristic:
         if estimated <= 0 or exact <= estimated:
             return self
         return Heuristic(self.chars_per_token, self.per_message, self.scale * exact / estimated * 1.03)
+
+
+def spec_chars(spec: Mapping[str, Any]) -> int:
+    """A tool definition's size as the heuristic counts it: its JSON with sorted keys, in UTF-8 bytes."""
+    return len(json.dumps(spec, sort_keys=True).encode())
+
+
+class ToolSpecs(tuple[dict[str, Any], ...]):
+    """Tool definitions as a model is offered them, with their size (``spec_chars``, summed) known from where each
+    was declared: the counter sizes the definitions on every plan, and encoding each schema again was ~20-35 µs of a
+    planner's handling (benchmarks/README.md, issue 23). A plain sequence of definitions is measured as it comes."""
+
+    chars: int
+
+    def __new__(cls, sized: Iterable[tuple[dict[str, Any], int]]) -> ToolSpecs:
+        pairs = list(sized)
+        specs = super().__new__(cls, (spec for spec, _ in pairs))
+        specs.chars = sum(chars for _, chars in pairs)
+        return specs
 
 
 def whole(tokens: float) -> int:

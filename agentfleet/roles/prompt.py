@@ -46,7 +46,7 @@ SUMMARY_INSTRUCTIONS = (
 @dataclass(frozen=True)
 class Prompt:
     messages: list[Message]
-    tools: list[dict[str, Any]]
+    tools: Sequence[dict[str, Any]]
     report: dict[str, Any]
     spent: Usage = field(default_factory=Usage)  # what writing the summary cost (charged with the turn)
 
@@ -77,12 +77,13 @@ def prompt_for(agent: Agent, run: RunRecord, limits: Limits, iteration: int, see
     constraints = [budget_line(limits, run.usage, iteration, run.steps_used), *([offer.notice] if offer.notice else [])]
     tools = agent.tool_specs(offer.tools)
     counter = Heuristic()
+    goal = goal_message(run.input)
 
-    def build(tools: list[dict[str, Any]], counter: Heuristic) -> Assembled | Overflow:
+    def build(tools: Sequence[dict[str, Any]], counter: Heuristic) -> Assembled | Overflow:
         cap = budgets.caps[Part.TASK]  # the goal and the constraints first: the thread has what they leave
-        room = cap - counter.messages([goal_message(run.input)]) - counter.chars(sum(map(len, constraints)) + 2)
+        room = cap - counter.messages([goal]) - counter.chars(sum(map(len, constraints)) + 2)
         earlier = thread_messages(thread, min(cap * THREAD_SHARE, room), counter) if thread else []
-        return assemble(instructions=instructions, task=[*earlier, goal_message(run.input)], constraints=constraints,
+        return assemble(instructions=instructions, task=[*earlier, goal], constraints=constraints,
                         tools=tools, transcript=seen.messages, budgets=budgets, counter=counter,
                         transcript_chars=seen.chars, summarized=summary, derived=seen.derived)
 

@@ -11,6 +11,7 @@ chooses how to run each tool from that data.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import threading
 import time
@@ -21,6 +22,7 @@ from typing import TYPE_CHECKING, Any, get_type_hints
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
+from agentfleet.context.counting import spec_chars
 from agentfleet.errors import ConfigurationError, ErrorCode, ToolError
 from agentfleet.events.domain import problems
 from agentfleet.loop.decisions import schema_errors, schema_problem
@@ -188,6 +190,11 @@ class Tool(ToolOptions):
     def spec(self) -> dict[str, Any]:
         """The declaration a model sees (OpenAI-style function tool)."""
         return {"name": self.name, "description": self.description, "parameters": self.parameters}
+
+    @functools.cached_property
+    def spec_chars(self) -> int:
+        """The declaration's size as the context's counter measures it, measured once (a tool is frozen)."""
+        return spec_chars(self.spec())
 
     def bind(self, arguments: dict[str, Any]) -> dict[str, Any]:
         """Validated keyword arguments, or INVALID_ARGUMENTS with the schema's complaints."""

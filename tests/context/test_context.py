@@ -474,3 +474,35 @@ def test_the_index_has_each_older_turns_line_as_a_summary_model_is_given_it() ->
     older = indexed(grown.messages, cut, grown.derived)
     assert older.lines(0, older.turns) == [turn_line(t) for t in turns_of(body[:cut])]
     assert older.lines(30, 90) == [turn_line(t) for t in turns_of(body[:cut])[30:90]]
+
+
+def test_tool_definitions_offered_by_an_agent_count_as_their_json_does_and_a_new_result_schema_is_measured_again(
+) -> None:
+    """An agent's definitions carry their size, measured where each was declared (``ToolSpecs``): the count must be
+    the one their JSON gives, for every subset offered, and follow the agent's result schema when it is replaced."""
+    from agentfleet import Agent, ScriptedModel, tool
+    from agentfleet.context.counting import ToolSpecs, spec_chars
+
+    @tool(read_only=True)
+    def look(path: str, depth: int = 1) -> dict:
+        """Look at a path — « déjà vu » in UTF-8."""
+        return {}
+
+    @tool
+    def write(path: str, text: str) -> dict:
+        """Write a file."""
+        return {}
+
+    agent = Agent("sized", instructions="x", model=ScriptedModel([]), goal_schema={"type": "object"},
+                  result_schema={"type": "object", "properties": {"n": {"type": "integer"}}}, tools=[look, write],
+                  register=False)
+    counter = Heuristic()
+    for offered in (None, ["look"], ["write", "look"], []):
+        specs = agent.tool_specs(offered)
+        assert isinstance(specs, ToolSpecs)
+        plain = [dict(s) for s in specs]
+        assert specs.chars == sum(map(spec_chars, plain))
+        assert counter.tools(specs) == counter.tools(plain)
+    before = agent.tool_specs().chars
+    agent.result_schema = {"type": "object", "properties": {"a much longer name": {"type": "string"}}}
+    assert agent.tool_specs().chars == sum(map(spec_chars, agent.tool_specs())) > before
