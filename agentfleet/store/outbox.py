@@ -10,7 +10,7 @@ from sqlalchemy import Connection, select, update
 from agentfleet.store import tables as T
 from agentfleet.store.base import StoreBase
 from agentfleet.store.records import now
-from agentfleet.store.sql import POSTGRES, Sql, defer, execute
+from agentfleet.store.sql import POSTGRES, Json, Sql, defer, execute
 
 MARK = Sql("INSERT INTO processed_events (event_id, consumer, outbox, processed_at, run_id) "
            "VALUES (:event_id, :consumer, :outbox, :at, :run_id) "
@@ -38,10 +38,11 @@ class Outbox(StoreBase):
                 row = execute(own, STORED, {"event_id": event_id, "consumer": consumer}).first()
         return None if row is None else list(row[0])
 
-    def mark_processed(self, conn: Connection, event_id: str, consumer: str, outbox: list[dict[str, Any]],
+    def mark_processed(self, conn: Connection, event_id: str, consumer: str, outbox: list[dict[str, Any]] | Json,
                        run_id: str | None = None, *, deferred: bool = False) -> bool:
-        """The dedupe mark, with the events this handling produced; False: the event was handled already (the
-        insert is the check: the stored outbox is read only then, ``processed_outbox``).
+        """The dedupe mark, with the events this handling produced (as dicts, or their JSON array already encoded);
+        False: the event was handled already (the insert is the check: the stored outbox is read only then,
+        ``processed_outbox``).
 
         ``deferred`` (Postgres): sent with the transaction's COMMIT, which fails with ``AlreadyHandled`` if the
         event was handled before (True here means only "sent").

@@ -77,6 +77,17 @@ LOADERS: dict[str, dict[str, Callable[[Any], Any]]] = {
 }
 
 
+class Json(str):
+    """JSON text encoded already (an outbox written by pydantic's serializer in one pass): a JSON parameter takes it
+    as it is, where any other value is encoded with the json module."""
+
+    __slots__ = ()
+
+
+def _encoded(value: Any) -> str:
+    return value if isinstance(value, Json) else json.dumps(value, default=str)
+
+
 def kinds_of(table: Table, names: Sequence[str]) -> tuple[str | None, ...]:
     """The kind of each named column (json, time, bool, or None for values both drivers return as they are)."""
     out: list[str | None] = []
@@ -148,7 +159,7 @@ class Sql:
         for name in self.json:
             value = out.get(name)
             if value is not None:
-                out[name] = json.dumps(value, default=str)
+                out[name] = _encoded(value)
         if dialect == SQLITE:
             for name in self.times:
                 value = out.get(name)
@@ -163,7 +174,7 @@ class Sql:
         out = [values[name] for name in self.order]
         for i in self._json_at:
             if out[i] is not None:
-                out[i] = json.dumps(out[i], default=str)
+                out[i] = _encoded(out[i])
         return out
 
     @cached_property

@@ -68,6 +68,32 @@ def test_an_event_is_marked_processed_once_with_its_outbox(store: Store) -> None
     assert store.processed_outbox("e-1", "observer") is None
 
 
+def test_an_outbox_encoded_in_one_pass_reads_back_as_its_events_did_and_text_utf8_cannot_carry_still_does(
+        store: Store) -> None:
+    """A handling's outbox is written by pydantic's serializer in one pass (``envelopes_json``), not as ``wire`` dicts
+    through the json module: what is read back, and redelivered from, must be the same events either way, text
+    outside ASCII included; a lone surrogate, which UTF-8 cannot carry, takes the json module's way still."""
+    from agentfleet.events.contracts import Result, ResultStatus
+    from agentfleet.events.envelope import Envelope, EventType, RunEnded, decode, envelopes_json
+    from agentfleet.store.sql import Json
+
+    def ended(message: str) -> Envelope:
+        result = Result(status=ResultStatus.FAILED, run_id="r", goal_id="g", agent="a", message=message)
+        return Envelope.new(EventType.RUN_FAILED, "r", RunEnded(result=result.model_dump(mode="json")), trace_id="t")
+
+    events = [ended("naïve 名前 \u2028 \"quoted\""), ended("second")]
+    encoded = envelopes_json(events)
+    assert isinstance(encoded, str)
+    with store.tx() as conn:
+        assert store.mark_processed(conn, "e-json", "planner", Json(encoded))
+    stored = store.processed_outbox("e-json", "planner")
+    assert stored == [e.wire() for e in events]
+    assert [decode(e) for e in stored or []] == events
+    lone = [ended("half a pair: \ud800")]
+    assert envelopes_json(lone) is None  # the handling stores ``wire`` dicts, as before
+    assert envelopes_json([]) == "[]"
+
+
 def test_reply_targets_are_kept_once_and_marked_delivered(store: Store) -> None:
     with store.tx() as conn:
         store.add_reply(conn, "r-reply", "q1", "c1")
