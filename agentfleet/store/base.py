@@ -188,6 +188,8 @@ class _OpenTx:
     # Runs whose rows this transaction holds (read FOR UPDATE, created or moved by it), by the version it holds:
     # a compare-and-set on one of them cannot miss, so it need not wait for its answer (``Runs.transition``).
     held_runs: dict[str, int] = field(default_factory=dict)
+    # Moves of held runs deferred and not sent yet, by run (``Runs.transition``: a second move of one joins it).
+    moves: dict[str, Any] = field(default_factory=dict)
 
 
 _handling: contextvars.ContextVar[_Handling | None] = contextvars.ContextVar("agentfleet_handling", default=None)
@@ -361,6 +363,11 @@ class StoreBase:
     def in_tx(self, conn: Connection) -> bool:
         """``conn`` is in a transaction opened by ``tx`` that has not ended."""
         return id(conn) in self._open
+
+    def _moves(self, conn: Connection) -> dict[str, Any]:
+        """The deferred moves of ``conn``'s open transaction not yet sent, by run (empty outside ``tx``)."""
+        opened = self._open.get(id(conn))
+        return {} if opened is None else opened.moves
 
     def _held_runs(self, conn: Connection) -> dict[str, int] | None:
         """The runs ``conn``'s open transaction (opened by ``tx``) holds, by version, to read and add to; None outside

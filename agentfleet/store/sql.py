@@ -47,6 +47,7 @@ from sqlalchemy.exc import DBAPIError
 log = logging.getLogger(__name__)
 
 _PARAM = re.compile(r"(?<![:\w]):(\w+)")
+_TABLE = re.compile(r"\b(?:FROM|JOIN|UPDATE|INTO)\s+(\w+)", re.IGNORECASE)
 LOST_PREPARED = "26000"  # invalid_sql_statement_name: "prepared statement … does not exist"
 POSTGRES, SQLITE = "postgresql", "sqlite"
 
@@ -130,6 +131,11 @@ class Sql:
                 text = _PARAM.sub(lambda m: f"${numbers.setdefault(m[1], len(numbers) + 1)}", text)
             self._rendered[dialect] = text
         return text
+
+    @cached_property
+    def tables(self) -> frozenset[str]:
+        """The tables its text names (after FROM, JOIN, UPDATE, INTO): what it may read or write."""
+        return frozenset(m.lower() for m in _TABLE.findall(self.text))
 
     @cached_property
     def order(self) -> tuple[str, ...]:
@@ -326,14 +332,19 @@ def _dropped(queued: list[_Queued] | None) -> list[str]:
     return [text for text, _, _, _ in queued or ()]
 
 
-def undefer(conn: Connection, later: Later) -> bool:
+def undefer(conn: Connection, later: Later, *, unless_after: str | None = None) -> bool:
     """Take ``later``'s statement back, unsent, from what is deferred on ``conn``: False when it is not there (it
-    went already, or was dropped)."""
+    went already, or was dropped), or when a statement deferred after it names the table ``unless_after`` (it might
+    read what ``later``'s wrote)."""
     dbapi = conn.connection.dbapi_connection if not conn.invalidated else None
     queued = _queued.get(dbapi) if dbapi is not None else None
     for i, (_, _, _, kept) in enumerate(queued or ()):
         if kept is later:
-            del queued[i]  # type: ignore[index]
+            assert queued is not None
+            if unless_after is not None and any(
+                    stmt is not None and unless_after in stmt.tables for _, stmt, _, _ in queued[i + 1:]):
+                return False
+            del queued[i]
             if not queued:
                 _queued.pop(dbapi, None)
             return True

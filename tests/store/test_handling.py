@@ -353,6 +353,43 @@ def test_a_transition_and_its_audit_row_batched_keep_their_types(store: Store) -
     assert all(r.at is not None for r in rows)
 
 
+UPDATED_HERE = Sql("SELECT n_tup_upd FROM pg_stat_xact_user_tables WHERE relname = 'runs'")
+
+
+@pytest.mark.parametrize("between", ["messages", "runs"])
+def test_two_moves_of_a_held_run_in_one_transaction_go_as_one_update_with_both_audit_rows(
+        pg_store: Store, between: str) -> None:
+    """A plan made first moves its run twice in its commit (OBSERVING → PLANNING, then → EXECUTING): the two go as one
+    UPDATE (one row version and one set of index entries, not two), from where the first began to where the second
+    ends, the version counting both, each move's audit row in order. A statement between them that names the runs
+    table (it might read the row) keeps them apart."""
+    audited, run_id = Store(pg_store.engine, audit=True), f"r-fused-{uuid.uuid4().hex}"
+    with audited.handling(), audited.tx() as conn:
+        assert audited.create_run(conn, run_id=run_id, agent="a", goal_id=run_id, trace_id="t", input={}, limits={})
+    run = audited.get_run(run_id)
+    assert run is not None
+    with audited.handling(), audited.tx() as conn:
+        held = audited.hold_run(conn, run)
+        assert held is not None
+        planning = audited.transition(conn, held, RunState.PLANNING, iteration=1)
+        assert planning is not None
+        if between == "runs":  # deferred too: sent with the moves, after the first
+            defer(conn, Sql("SELECT count(*) FROM runs WHERE run_id = :run_id"), {"run_id": run_id})
+        else:
+            audited.write_messages(conn, run_id, [(1, 0, Message(role="assistant", content="hi"))])
+        executing = audited.transition(conn, planning, RunState.EXECUTING, steps_used=1, output_tokens=5)
+        assert executing is not None and executing.version == run.version + 2
+        updates = execute(conn, UPDATED_HERE).scalar()  # sends what is deferred, then counts this transaction's
+    assert updates == (1 if between == "messages" else 2)
+    after = audited.get_run(run_id)
+    assert after is not None and (after.state, after.version, after.iteration) == (RunState.EXECUTING,
+                                                                                   run.version + 2, 1)
+    assert (after.steps_used, after.output_tokens) == (1, 5)
+    trail = audited.audit_trail(run_id)
+    assert [(r["from_state"], r["to_state"]) for r in trail] == [("PENDING", "PLANNING"), ("PLANNING", "EXECUTING")]
+    assert trail[0]["iteration"] == 1 and trail[1]["output_tokens"] == 5
+
+
 def test_a_connection_whose_prepared_statements_the_server_lost_fails_one_step_retryably_then_is_replaced(
         pg_store: Store) -> None:
     """The server no longer has a statement prepared on a connection (a ``DEALLOCATE ALL`` nobody here sent). Every
@@ -408,7 +445,9 @@ def test_a_transition_of_a_run_its_transaction_holds_waits_for_the_next_round_tr
         planning = store.transition(conn, created, RunState.PLANNING)
         assert planning is not None and any(t.startswith("WITH moved AS (UPDATE runs") for t in _deferred(conn))
         executing = store.transition(conn, planning, RunState.EXECUTING, steps_used=1)
-        assert executing is not None and len([t for t in _deferred(conn) if "UPDATE runs" in t]) == 2
+        deferred = _deferred(conn)  # the two moves as one, the first's audit row on its own (one UPDATE, not two)
+        assert executing is not None and len([t for t in deferred if "UPDATE runs" in t]) == 1
+        assert len([t for t in deferred if t.startswith("INSERT INTO audit")]) == 1
     with store.handling(), store.tx() as conn:
         held = store.get_run(run_id, conn, lock=True)
         assert held is not None and held.state == RunState.EXECUTING and held.version == 2 and held.steps_used == 1
