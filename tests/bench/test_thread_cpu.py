@@ -45,3 +45,12 @@ def test_each_threads_cpu_lands_in_its_own_part() -> None:
     assert 250 <= got["pool"] <= 450, got
     assert 200 <= got["ended"] <= 450, got
     assert got["total"] >= got["consumer"] + got["pool"] + got["ended"] - 20, got
+
+
+def test_a_handlings_cpu_in_publishes_is_its_cpu_over_its_publishs_and_nothing_published_is_none() -> None:
+    """``handling_times``' machine-independent figure: a version's handling CPU against another's, across runs on a
+    machine whose speed drifts, is compared in units of the publish both share."""
+    from benchmarks.handling_times import per_publish
+
+    assert per_publish({"handling_cpu": 3.0, "publish_cpu": 0.5}) == 6.0
+    assert per_publish({"handling_cpu": 3.0, "publish_cpu": 0.0}) == 0.0
