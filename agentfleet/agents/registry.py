@@ -219,7 +219,7 @@ class Agent:
         if schema is not self.result_schema:
             self._final_chars = (self.result_schema, chars := spec_chars(final))
         tools = self.tools.values() if offered is None else [self.tools[n] for n in offered if n in self.tools]
-        return ToolSpecs([*((t.spec(), t.spec_chars) for t in tools), (final, chars)])
+        return ToolSpecs([*(t.spec() for t in tools), final], sum(t.spec_chars for t in tools) + chars)
 
     def __repr__(self) -> str:
         return f"Agent({self.name!r}, tools={list(self.tools)})"

@@ -74,15 +74,15 @@ def spec_chars(spec: Mapping[str, Any]) -> int:
 class ToolSpecs(tuple[dict[str, Any], ...]):
     """Tool definitions as a model is offered them, with their size (``spec_chars``, summed) known from where each
     was declared: the counter sizes the definitions on every plan, and encoding each schema again was ~20-35 µs of a
-    planner's handling (benchmarks/README.md, issue 23). A plain sequence of definitions is measured as it comes."""
+    planner's handling (benchmarks/README.md, issue 23). A plain sequence of definitions is measured as it comes;
+    ``chars`` not given (a copy, an unpickling) is measured here."""
 
     chars: int
 
-    def __new__(cls, sized: Iterable[tuple[dict[str, Any], int]]) -> ToolSpecs:
-        pairs = list(sized)
-        specs = super().__new__(cls, (spec for spec, _ in pairs))
-        specs.chars = sum(chars for _, chars in pairs)
-        return specs
+    def __new__(cls, specs: Iterable[dict[str, Any]], chars: int | None = None) -> ToolSpecs:
+        made = super().__new__(cls, specs)
+        made.chars = sum(map(spec_chars, made)) if chars is None else chars
+        return made
 
 
 def whole(tokens: float) -> int:

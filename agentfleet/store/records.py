@@ -66,8 +66,8 @@ class RunRecord:
 
     def replace(self, **changes: Any) -> RunRecord:
         """A copy with ``changes``: ``dataclasses.replace``, without running ``__init__``. A frozen dataclass's
-        ``__init__`` sets each of these 32 fields through ``object.__setattr__``: ~20 µs a copy, and a planner's
-        handling copies a run six times (benchmarks/README.md, issue 23). A copy of the fields here costs ~3 µs.
+        ``__init__`` sets each of these 32 fields through ``object.__setattr__``: ~11 µs a copy, and a planner's
+        handling copies a run six times (benchmarks/README.md, issue 23). A copy of the fields here costs ~2 µs.
         An unknown name is refused, as ``dataclasses.replace`` refuses it."""
         unknown = changes.keys() - _RUN_FIELDS
         if unknown:

@@ -503,6 +503,12 @@ def test_tool_definitions_offered_by_an_agent_count_as_their_json_does_and_a_new
         plain = [dict(s) for s in specs]
         assert specs.chars == sum(map(spec_chars, plain))
         assert counter.tools(specs) == counter.tools(plain)
+    import copy
+    import pickle
+
+    specs = agent.tool_specs()
+    for again in (copy.deepcopy(specs), pickle.loads(pickle.dumps(specs))):  # a copy keeps its definitions and size
+        assert isinstance(again, ToolSpecs) and list(again) == list(specs) and again.chars == specs.chars
     before = agent.tool_specs().chars
     agent.result_schema = {"type": "object", "properties": {"a much longer name": {"type": "string"}}}
     assert agent.tool_specs().chars == sum(map(spec_chars, agent.tool_specs())) > before
