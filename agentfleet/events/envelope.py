@@ -85,14 +85,24 @@ class Envelope(BaseModel):
         return self.model_dump(mode="json")
 
 
-def envelopes_json(events: Sequence[Envelope]) -> str | None:
-    """The events as one JSON array, as an outbox stores them, written by pydantic's serializer in one pass: ``wire``
-    and then the json module cost ~22 µs an event, this ~6 (benchmarks/README.md, issue 23). None when one holds text
-    UTF-8 cannot carry (a lone surrogate): the json module's escapes carry it."""
+_ENVELOPE_JSON = Envelope.__pydantic_serializer__
+
+
+def envelope_json(env: Envelope) -> bytes | None:
+    """The envelope as JSON, written in one pass by pydantic's serializer from the model (``wire`` and then the json
+    module cost ~22 µs an event, this ~6: benchmarks/README.md, issue 23). None when it holds text UTF-8 cannot carry
+    (a lone surrogate): the caller takes that way, whose escapes carry it. Both a task message's body and an outbox
+    are written by it."""
     try:
-        return (b"[" + b",".join(map(Envelope.__pydantic_serializer__.to_json, events)) + b"]").decode()
+        return _ENVELOPE_JSON.to_json(env)
     except ValueError:  # pydantic_core's PydanticSerializationError: not encodable as UTF-8
         return None
+
+
+def envelopes_json(events: Sequence[Envelope]) -> str | None:
+    """The events as one JSON array, as an outbox stores them (``envelope_json`` each); None as there."""
+    encoded = [envelope_json(e) for e in events]
+    return None if None in encoded else (b"[" + b",".join(encoded) + b"]").decode()  # type: ignore[arg-type]
 
 
 def decode(raw: Any) -> Envelope:
