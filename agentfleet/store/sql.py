@@ -47,7 +47,8 @@ from sqlalchemy.exc import DBAPIError
 log = logging.getLogger(__name__)
 
 _PARAM = re.compile(r"(?<![:\w]):(\w+)")
-_TABLE = re.compile(r"\b(?:FROM|JOIN|UPDATE|INTO)\s+(\w+)", re.IGNORECASE)
+# A table named after FROM, JOIN, UPDATE or INTO: its name, unquoted, without its schema.
+_TABLE = re.compile(r'\b(?:FROM|JOIN|UPDATE|INTO)\s+(?:"?\w+"?\.)?"?(\w+)', re.IGNORECASE)
 LOST_PREPARED = "26000"  # invalid_sql_statement_name: "prepared statement … does not exist"
 POSTGRES, SQLITE = "postgresql", "sqlite"
 

@@ -353,6 +353,18 @@ def test_a_transition_and_its_audit_row_batched_keep_their_types(store: Store) -
     assert all(r.at is not None for r in rows)
 
 
+def test_a_statement_names_the_tables_it_reads_or_writes_however_it_spells_them() -> None:
+    """What keeps two moves of a run apart (a statement between them that might read the row) is found from the
+    statement's text: a table named with its schema, quoted, in a CTE or after a join counts as named."""
+    for named in ("SELECT 1 FROM runs", "SELECT 1 FROM public.runs", 'select 1 from "runs"',
+                  'DELETE FROM "public"."runs"',
+                  "WITH x AS (UPDATE runs SET state = :s RETURNING 1) INSERT INTO audit SELECT 1 FROM x",
+                  "SELECT 1 FROM steps s JOIN runs r ON r.run_id = s.run_id"):
+        assert "runs" in Sql(named).tables, named
+    assert "runs" not in Sql("INSERT INTO messages (run_id) VALUES (:run_id)").tables
+    assert "runs" not in Sql("SELECT thread_runs FROM threads").tables
+
+
 UPDATED_HERE = Sql("SELECT n_tup_upd FROM pg_stat_xact_user_tables WHERE relname = 'runs'")
 
 
