@@ -71,7 +71,7 @@ UNREACHABLE = {  # loopback port 1: nothing listens, so every connect is refused
 def test_a_service_that_cannot_be_reached_stops_the_worker_naming_the_setting(
         setting: str, namespace: str, pg_url: str) -> None:
     """Tried for AGENTFLEET_CONNECT_TIMEOUT_S, then exit 69 with the setting and its URL, password masked."""
-    env = {**env_for(namespace, pg_url), setting: UNREACHABLE[setting], "AGENTFLEET_CONNECT_TIMEOUT_S": "2"}
+    env = {**env_for(namespace, pg_url), setting: UNREACHABLE[setting], "AGENTFLEET_CONNECT_TIMEOUT_S": "1"}
     done = start_worker(env, timeout=45)
     said = done.stdout + done.stderr
     assert done.returncode == C.EXIT_UNREACHABLE, said[-3000:]
