@@ -1,0 +1,119 @@
+"""What a second worker process per role costs, alternated so the machine's drift cannot pass for it
+(``python -m benchmarks.process_scaling [ROUNDS] [RUNS] [ITERATIONS]``; figures in benchmarks/README.md, issue 23).
+
+Issue 23 asks that throughput not fall with 2 processes per role. ``bench throughput`` takes each count once, minutes
+apart, and on this VM one invocation has read 2 per role as 0.77× of 1 and the next as 1.15×. Here 1 and 2 per role
+run in turns, ``ROUNDS`` times, each a fresh fleet over ``RUNS`` goals of ``ITERATIONS`` (``iterations_per_s``, the
+throughput suite's own) and then Celery + one commit a hop with as many processes a queue (``floor_workers``); each
+with the whole machine's CPU an iteration (``MachineCpu``) split by whose it is.
+And, for the fleet, what Postgres did an iteration: transactions committed, rows inserted, updated and read, buffers
+hit (``pg_stat_database``). On 2026-12-06 these gave the cause away: see benchmarks/README.md.
+
+While the fleet runs, Postgres's sessions of its database are sampled every 5 ms: what each active one was waiting
+on (``pg_stat_activity``; ``cpu`` when nothing). The sampler is one more client on two cores: its own CPU shows as
+``client`` and it slows every figure a little, the same for 1 and 2 per role.
+"""
+
+from __future__ import annotations
+
+import collections
+import statistics
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from sqlalchemy import text
+
+from agentfleet import constants as C
+from agentfleet.store.db import make_engine, scratch_database
+from agentfleet.workers.roles import ROLES
+from benchmarks.celery_floor import floor_workers
+from benchmarks.common import PG_ADMIN, MachineCpu, fleet
+from benchmarks.suites.throughput import iterations_per_s
+
+# What the database did, per iteration: its transactions, rows written and rows read (``pg_stat_database``; the
+# statistics collector sends a session's counts at its transaction's end, at most every 0.5 s).
+COUNTERS = ("xact_commit", "tup_inserted", "tup_updated", "tup_fetched", "blks_hit")
+STATS_DELAY_S = 0.7  # past the collector's 0.5 s
+WAITS = ("SELECT coalesce(wait_event_type, 'cpu') || ' ' || coalesce(wait_event, '') FROM pg_stat_activity "
+         "WHERE datname = current_database() AND state = 'active' AND pid <> pg_backend_pid()")
+
+
+@contextmanager
+def sampled_waits(url: str, every_s: float = 0.005) -> Iterator[collections.Counter[str]]:
+    """Counts of what the database's active sessions wait on, sampled until the block ends."""
+    counts: collections.Counter[str] = collections.Counter()
+    done = threading.Event()
+    engine = make_engine(url)
+
+    def sample() -> None:
+        with engine.connect() as conn:
+            while not done.wait(every_s):
+                counts.update(conn.execute(text(WAITS)).scalars())
+                conn.commit()
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        yield counts
+    finally:
+        done.set()
+        sampler.join()
+        engine.dispose()
+
+
+def counters(url: str) -> dict[str, int]:
+    engine = make_engine(url)
+    try:
+        with engine.connect() as conn:
+            row = conn.execute(text(f"SELECT {', '.join(COUNTERS)} FROM pg_stat_database "
+                                    "WHERE datname = current_database()")).one()
+    finally:
+        engine.dispose()
+    return dict(zip(COUNTERS, map(int, row), strict=True))
+
+
+def main(rounds: int = 3, runs: int = 60, iterations: int = 20) -> None:
+    rates: dict[tuple[str, int], list[float]] = collections.defaultdict(list)
+    cpu: dict[tuple[str, int], list[dict[str, float]]] = collections.defaultdict(list)
+    waits: dict[int, collections.Counter[str]] = collections.defaultdict(collections.Counter)
+    database: dict[int, list[dict[str, float]]] = collections.defaultdict(list)
+    threads = ROLES[C.PLANNER].default_concurrency
+    for n in [1, 2] * rounds:
+        with fleet(dict.fromkeys(ROLES, n)) as f:
+            f.run("bench_loop", {"iterations": 3})  # warm-up
+            url = f.env["AGENTFLEET_DATABASE_URL"]
+            machine, before = MachineCpu.of(f.pids()), counters(url)
+            with sampled_waits(url) as counts:
+                rates["agentfleet", n].append(iterations_per_s(f, runs, iterations))
+            cpu["agentfleet", n].append(machine.ms_per(runs * iterations))
+            waits[n].update(counts)
+            time.sleep(STATS_DELAY_S)
+            after = counters(url)
+            database[n].append({k: round((after[k] - before[k]) / (runs * iterations), 2) for k in COUNTERS})
+        with scratch_database(PG_ADMIN, prefix="agentfleet_bench") as url, \
+                floor_workers(per_queue=n, concurrency=threads, commit_url=url) as floor:
+            machine = MachineCpu.of(floor.pids)
+            rates["celery_commit", n].append(floor.burst_per_s(runs * iterations))
+            cpu["celery_commit", n].append(machine.ms_per(runs * iterations))
+        print(f"{n} per role: agentfleet {rates['agentfleet', n][-1]:.1f} it/s {cpu['agentfleet', n][-1]}; "
+              f"Celery + commit {rates['celery_commit', n][-1]:.1f} chains/s {cpu['celery_commit', n][-1]}", flush=True)
+    print(f"\n{rounds} rounds, medians; CPU ms an iteration (a chain for Celery + commit)")
+    for side in ("agentfleet", "celery_commit"):
+        for n in (1, 2):
+            split = {g: round(statistics.median(c[g] for c in cpu[side, n]), 2) for g in cpu[side, n][0]}
+            print(f"{side:14} {n} per role: {statistics.median(rates[side, n]):7.1f}/s  {split}")
+        print(f"{side:14} 2 over 1: {statistics.median(rates[side, 2]) / statistics.median(rates[side, 1]):.2f}×")
+    for n in (1, 2):
+        print(f"Postgres an iteration, {n} per role: "
+              + ", ".join(f"{k} {statistics.median(d[k] for d in database[n]):.2f}" for k in COUNTERS))
+    for n in (1, 2):
+        total = sum(waits[n].values()) or 1
+        print(f"Postgres waits, {n} per role: "
+              + ", ".join(f"{what} {count / total:.0%}" for what, count in waits[n].most_common(5)))
+
+
+if __name__ == "__main__":
+    main(*(int(a) for a in sys.argv[1:4]))
