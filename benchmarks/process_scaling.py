@@ -2,12 +2,12 @@
 (``python -m benchmarks.process_scaling [ROUNDS] [RUNS] [ITERATIONS]``; figures in benchmarks/README.md, issue 23).
 
 Issue 23 asks that throughput not fall with 2 processes per role. ``bench throughput`` takes each count once, minutes
-apart, and on this VM one invocation has read 2 per role as 0.77× of 1 and the next as 1.15×. Here 1 and 2 per role
-run in turns, ``ROUNDS`` times, each a fresh fleet over ``RUNS`` goals of ``ITERATIONS`` (``iterations_per_s``, the
-throughput suite's own) and then Celery + one commit a hop with as many processes a queue (``floor_workers``); each
-with the whole machine's CPU an iteration (``MachineCpu``) split by whose it is.
-And, for the fleet, what Postgres did an iteration: transactions committed, rows inserted, updated and read, buffers
-hit (``pg_stat_database``). On 2026-12-06 these gave the cause away: see benchmarks/README.md.
+apart, and on this VM one invocation read 2 per role as 0.77× of 1 where a hand-run pair an hour later read 1.15×.
+Here 1 and 2 per role run in turns, ``ROUNDS`` times, each a fresh fleet over ``RUNS`` goals of ``ITERATIONS``
+(``iterations_per_s``, the throughput suite's own) and then Celery + one commit a hop with as many processes a queue
+(``floor_workers``); each with the whole machine's CPU an iteration (``MachineCpu``) split by whose it is. And, for
+the fleet, what Postgres did an iteration: transactions committed, rows inserted, updated and read, buffers hit
+(``pg_stat_database``). On 2026-12-06 these gave the cause away: see benchmarks/README.md.
 
 While the fleet runs, Postgres's sessions of its database are sampled every 5 ms: what each active one was waiting
 on (``pg_stat_activity``; ``cpu`` when nothing). The sampler is one more client on two cores: its own CPU shows as
