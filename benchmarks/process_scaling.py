@@ -10,8 +10,9 @@ the fleet, what Postgres did an iteration: transactions committed, rows inserted
 (``pg_stat_database``). On 2026-12-06 these gave the cause away: see benchmarks/README.md.
 
 While the fleet runs, Postgres's sessions of its database are sampled every 5 ms: what each active one was waiting
-on (``pg_stat_activity``; ``cpu`` when nothing). The sampler is one more client on two cores: its own CPU shows as
-``client`` and it slows every figure a little, the same for 1 and 2 per role.
+on (``pg_stat_activity``; ``cpu`` when nothing), from the admin database. The sampler is one more client on two
+cores: its own CPU shows as ``client`` and Postgres, and it slows every figure a little, the same for 1 and 2 per
+role.
 """
 
 from __future__ import annotations
@@ -20,39 +21,39 @@ import collections
 import statistics
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from sqlalchemy import text
+from sqlalchemy import Connection, text
 
-from agentfleet import constants as C
-from agentfleet.store.db import make_engine, scratch_database
+from agentfleet.store.db import make_engine
 from agentfleet.workers.roles import ROLES
-from benchmarks.celery_floor import floor_workers
-from benchmarks.common import PG_ADMIN, MachineCpu, fleet
-from benchmarks.suites.throughput import iterations_per_s
+from benchmarks.common import PG_ADMIN, Fleet, MachineCpu, fleet, wait_until
+from benchmarks.suites.throughput import committed_floor, iterations_per_s
 
-# What the database did, per iteration: its transactions, rows written and rows read (``pg_stat_database``; the
-# statistics collector sends a session's counts at its transaction's end, at most every 0.5 s).
+# What the database did, per iteration: its transactions, rows written and rows read (``pg_stat_database``). Postgres 15
+# keeps a session's counts in the session for up to a second (ten when it is idle) and always hands them over when
+# it ends: they are read once the workers have stopped and their sessions are gone. The fleet's own polling for the
+# runs' end (``iterations_per_s``, every 0.2 s) is counted too, the same way for 1 and 2 per role, and so may be what
+# the warm-up's sessions still held when the first reading was taken (three iterations of the run's hundreds).
 COUNTERS = ("xact_commit", "tup_inserted", "tup_updated", "tup_fetched", "blks_hit")
-STATS_DELAY_S = 0.7  # past the collector's 0.5 s
+# Read from the admin database, so that neither the sampler nor the reads of these counters add to them.
 WAITS = ("SELECT coalesce(wait_event_type, 'cpu') || ' ' || coalesce(wait_event, '') FROM pg_stat_activity "
-         "WHERE datname = current_database() AND state = 'active' AND pid <> pg_backend_pid()")
+         "WHERE datname = :db AND state = 'active'")
+COUNTS = f"SELECT {', '.join(COUNTERS)} FROM pg_stat_database WHERE datname = :db"
+SESSIONS = "SELECT count(*) FROM pg_stat_activity WHERE datname = :db"
 
 
 @contextmanager
-def sampled_waits(url: str, every_s: float = 0.005) -> Iterator[collections.Counter[str]]:
-    """Counts of what the database's active sessions wait on, sampled until the block ends."""
+def sampled_waits(db: str, every_s: float = 0.005) -> Iterator[collections.Counter[str]]:
+    """Counts of what the active sessions of database ``db`` wait on, sampled until the block ends."""
     counts: collections.Counter[str] = collections.Counter()
     done = threading.Event()
-    engine = make_engine(url)
 
     def sample() -> None:
-        with engine.connect() as conn:
+        with _admin() as conn:
             while not done.wait(every_s):
-                counts.update(conn.execute(text(WAITS)).scalars())
-                conn.commit()
+                counts.update(conn.execute(text(WAITS), {"db": db}).scalars())
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
@@ -61,18 +62,32 @@ def sampled_waits(url: str, every_s: float = 0.005) -> Iterator[collections.Coun
     finally:
         done.set()
         sampler.join()
-        engine.dispose()
 
 
-def counters(url: str) -> dict[str, int]:
-    engine = make_engine(url)
+@contextmanager
+def _admin() -> Iterator[Connection]:
+    engine = make_engine(PG_ADMIN, isolation_level="AUTOCOMMIT")
     try:
         with engine.connect() as conn:
-            row = conn.execute(text(f"SELECT {', '.join(COUNTERS)} FROM pg_stat_database "
-                                    "WHERE datname = current_database()")).one()
+            yield conn
     finally:
         engine.dispose()
-    return dict(zip(COUNTERS, map(int, row), strict=True))
+
+
+def counters(db: str) -> dict[str, int]:
+    """``db``'s counters now: call it once the sessions whose work is counted have ended (``ended_sessions``)."""
+    with _admin() as conn:
+        return dict(zip(COUNTERS, map(int, conn.execute(text(COUNTS), {"db": db}).one()), strict=True))
+
+
+def ended_sessions(f: Fleet, db: str) -> None:
+    """Stop the fleet's workers and close its own connections, and wait until their sessions are gone (a session
+    hands its counts over as it ends)."""
+    f.workers.stop()
+    f.store.engine.dispose()
+    with _admin() as conn:
+        wait_until(lambda: conn.execute(text(SESSIONS), {"db": db}).scalar_one() == 0, "the fleet's sessions to end",
+                   timeout=30, interval=0.05)
 
 
 def main(rounds: int = 3, runs: int = 60, iterations: int = 20) -> None:
@@ -80,24 +95,21 @@ def main(rounds: int = 3, runs: int = 60, iterations: int = 20) -> None:
     cpu: dict[tuple[str, int], list[dict[str, float]]] = collections.defaultdict(list)
     waits: dict[int, collections.Counter[str]] = collections.defaultdict(collections.Counter)
     database: dict[int, list[dict[str, float]]] = collections.defaultdict(list)
-    threads = ROLES[C.PLANNER].default_concurrency
     for n in [1, 2] * rounds:
         with fleet(dict.fromkeys(ROLES, n)) as f:
             f.run("bench_loop", {"iterations": 3})  # warm-up
-            url = f.env["AGENTFLEET_DATABASE_URL"]
-            machine, before = MachineCpu.of(f.pids()), counters(url)
-            with sampled_waits(url) as counts:
+            db = f.env["AGENTFLEET_DATABASE_URL"].rsplit("/", 1)[1]
+            machine, before = MachineCpu.of(f.pids()), counters(db)
+            with sampled_waits(db) as counts:
                 rates["agentfleet", n].append(iterations_per_s(f, runs, iterations))
             cpu["agentfleet", n].append(machine.ms_per(runs * iterations))
             waits[n].update(counts)
-            time.sleep(STATS_DELAY_S)
-            after = counters(url)
+            ended_sessions(f, db)
+            after = counters(db)
             database[n].append({k: round((after[k] - before[k]) / (runs * iterations), 2) for k in COUNTERS})
-        with scratch_database(PG_ADMIN, prefix="agentfleet_bench") as url, \
-                floor_workers(per_queue=n, concurrency=threads, commit_url=url) as floor:
-            machine = MachineCpu.of(floor.pids)
-            rates["celery_commit", n].append(floor.burst_per_s(runs * iterations))
-            cpu["celery_commit", n].append(machine.ms_per(runs * iterations))
+        rate, floor_cpu = committed_floor(n, runs * iterations)
+        rates["celery_commit", n].append(rate)
+        cpu["celery_commit", n].append(floor_cpu)
         print(f"{n} per role: agentfleet {rates['agentfleet', n][-1]:.1f} it/s {cpu['agentfleet', n][-1]}; "
               f"Celery + commit {rates['celery_commit', n][-1]:.1f} chains/s {cpu['celery_commit', n][-1]}", flush=True)
     print(f"\n{rounds} rounds, medians; CPU ms an iteration (a chain for Celery + commit)")

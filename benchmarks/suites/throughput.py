@@ -42,6 +42,17 @@ def iterations_per_s(f: Fleet, runs: int, iterations: int) -> float:
     return runs * iterations / elapsed
 
 
+def committed_floor(per_queue: int, chains: int) -> tuple[float, dict[str, float]]:
+    """Celery + one Postgres commit a hop over a scratch database, ``per_queue`` thread-pool processes a queue with the
+    planner's thread count each: chains per second of a burst of ``chains``, and the machine's CPU a chain."""
+    with scratch_database(PG_ADMIN, prefix="agentfleet_bench") as url, \
+            floor_workers(per_queue=per_queue, concurrency=ROLES[C.PLANNER].default_concurrency,
+                          commit_url=url) as floor:
+        cpu = MachineCpu.of(floor.pids)
+        rate = floor.burst_per_s(chains)
+        return rate, cpu.ms_per(chains)
+
+
 def shown(cpu: dict[str, float]) -> str:
     return f"{cpu['total']} ms: " + ", ".join(f"{group} {ms}" for group, ms in cpu.items() if group != "total")
 
@@ -60,11 +71,7 @@ def run(sizes: Sizes, report: Report) -> None:
         threads = ROLES[C.PLANNER].default_concurrency
         with floor_workers(per_queue=n, concurrency=threads) as floor:
             bare = floor.burst_per_s(sizes.floor_burst)
-        with scratch_database(PG_ADMIN, prefix="agentfleet_bench") as url, \
-                floor_workers(per_queue=n, concurrency=threads, commit_url=url) as floor:
-            cpu = MachineCpu.of(floor.pids)
-            committed = floor.burst_per_s(sizes.floor_burst)
-            committed_cpu = cpu.ms_per(sizes.floor_burst)
+        committed, committed_cpu = committed_floor(n, sizes.floor_burst)
         ours_at_1, bare_at_1 = ours_at_1 or ours, bare_at_1 or bare
         report.add(SUITE, f"agentfleet_iterations_per_s_{n}_per_role", round(ours, 1),
                    f"{ours:.1f} ({ours / ours_at_1:.2f}× of 1 per role)")
