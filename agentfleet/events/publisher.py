@@ -183,9 +183,10 @@ class Publisher:
                 root_id=root_id or env.event_id, parent_id=parent.request.id if parent else None,
                 ignore_result=True, origin=self.origin,
             )
-            routing_key = self.topology.routing_key(name, env.payload)
+            exchange, routing_key, routing_headers = self.topology.route(name, env.payload)
             headers = {k: v for k, v in task.headers.items() if UNSAID_HEADERS.get(k, _UNSET) != v}
-            messages.append((task_body(env), dict(exchange=self.topology.events.name, routing_key=routing_key,
+            headers.update(routing_headers)
+            messages.append((task_body(env), dict(exchange=exchange, routing_key=routing_key,
                                                   headers=headers, content_type="application/json",
                                                   content_encoding="utf-8", delivery_mode=PERSISTENT,
                                                   **task.properties)))

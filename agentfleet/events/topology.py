@@ -3,6 +3,15 @@
 Each core event type has exactly one consuming role. Every consuming queue
 dead-letters to ``<ns>.dead``, so a message Celery does not recognise is kept,
 not deleted.
+
+A run's ``observation.recorded`` goes back to the planner process that planned it (affinity): that process holds the
+run and its transcript as its last commit left them (``roles/runs_left.py``), and any other planner must read and lock
+them first: three round trips instead of one, which made throughput fall with a second planner (benchmarks/README.md).
+It is published to ``<ns>.planners`` (headers) with the planner's token; each planner process consumes a queue of its
+own bound to its token beside the role queue. Nothing waits on a planner that is gone: a token no queue is bound to
+goes to the exchange's alternate, ``<ns>.events``, and so to the role queue; a message left in a queue whose planner
+stopped moves to the role queue after ``PLANNER_WAIT_MS`` (per-queue TTL, dead-lettered there), and the queue itself
+goes once unused for ``PLANNER_QUEUE_EXPIRES_MS``. A planner that is busy past the wait loses only the affinity.
 """
 
 from __future__ import annotations
@@ -34,6 +43,12 @@ CONSUMERS: dict[EventType, str] = {
 }
 log = logging.getLogger(__name__)
 
+# How long an observation waits in its planner's own queue before the broker moves it to the role queue (any planner):
+# what a stopped or overloaded planner costs a run at most, against how often a busy one loses the run it holds.
+PLANNER_WAIT_MS = 3_000
+# A planner's own queue goes once this long without a consumer: well after every message in it has moved on.
+PLANNER_QUEUE_EXPIRES_MS = 60_000
+
 
 def consumed_by(role: str) -> list[EventType]:
     return [t for t, r in CONSUMERS.items() if r == role]
@@ -45,6 +60,9 @@ class Topology:
     # Dedicated tool queues the loaded agents' tools name (``@tool(queue=...)``): declared with the rest, so a call
     # published to one is kept until an executor started with ``--queues <name>`` takes it.
     tool_queues: tuple[str, ...] = ()
+    # Observations back to the planner process that planned the run (module docstring). Off in the embedded fleet: one
+    # process, and kombu's memory transport has no headers exchange.
+    affinity: bool = True
 
     def name(self, suffix: str) -> str:
         return C.exchange_name(self.namespace, suffix)
@@ -63,6 +81,26 @@ class Topology:
     @cached_property
     def events(self) -> Exchange:
         return Exchange(self.name(C.EVENTS), type="topic", durable=True)
+
+    @cached_property
+    def planners(self) -> Exchange:
+        """Observations to a planner process's own queue by its token; a token nobody holds goes on to ``events``."""
+        return Exchange(self.name(C.PLANNERS), type="headers", durable=True,
+                        arguments={"alternate-exchange": self.events.name})
+
+    def planner_queue(self, token: str) -> Queue:
+        """``<ns>.planner.<token>``: the observations of the runs one planner process planned. What it does not take
+        within ``PLANNER_WAIT_MS`` moves to the role queue; unused, it goes by itself."""
+        return Queue(
+            f"{C.queue_name(self.namespace, C.PLANNER)}.{token}",
+            exchange=self.planners,
+            routing_key=token,
+            binding_arguments={"x-match": "all", C.HEADER_PLANNER: token},
+            durable=True,
+            queue_arguments={"x-message-ttl": PLANNER_WAIT_MS, "x-expires": PLANNER_QUEUE_EXPIRES_MS,
+                             "x-dead-letter-exchange": "",
+                             "x-dead-letter-routing-key": self.role_queues[C.PLANNER].name},
+        )
 
     @cached_property
     def public(self) -> Exchange:
@@ -124,12 +162,20 @@ class Topology:
             return C.tool_routing_key(str(queue))
         return event_type
 
+    def route(self, event_type: str, payload: dict[str, object]) -> tuple[str, str, dict[str, str]]:
+        """Where an internal event is published: exchange, routing key and the headers routing needs. An observation
+        naming the planner that planned its run goes to ``planners`` under its token; everything else to ``events``."""
+        if self.affinity and event_type == EventType.OBSERVATION_RECORDED and (planner := payload.get("planner")):
+            return self.planners.name, event_type, {C.HEADER_PLANNER: str(planner)}
+        return self.events.name, self.routing_key(event_type, payload), {}
+
     def all_queues(self) -> list[Queue]:
         return [*self.role_queues.values(), *(self.tool_queue(q) for q in self.tool_queues), self.inbox_queue,
                 self.unroutable_queue, self.dead_queue]
 
     def all_exchanges(self) -> list[Exchange]:
-        return [self.dead, self.unroutable, self.inbox, self.events, self.public]
+        return [self.dead, self.unroutable, self.inbox, self.events, *([self.planners] if self.affinity else []),
+                self.public]
 
     @property
     def control(self) -> str:

@@ -127,7 +127,8 @@ def _observed(step: Step, conn: Connection, run: RunRecord, done: ToolFinished,
     store.after_commit(conn, lambda: step.rt.runs_left.keep(moved))
     event = step.event(
         EventType.OBSERVATION_RECORDED,
-        ObservationRecorded(agent=run.agent, iteration=done.iteration, observations=observations),
+        ObservationRecorded(agent=run.agent, iteration=done.iteration, observations=observations,
+                            planner=done.planner),
         key=(done.iteration, "observation"),
     )
     return step.commit(conn, [event])

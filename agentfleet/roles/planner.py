@@ -664,7 +664,7 @@ def _dispatch(step: Step, run: RunRecord, new_messages: list[Message], iteration
                 ToolRequested(agent=run.agent, iteration=iteration, call=call, sibling_call_ids=call_ids,
                               idempotency_key=idempotency_key(run.run_id, iteration, "tool", call.id),
                               deadline_at=run.deadline_at().timestamp(), queue=queues[call.id], progress=run.progress,
-                              run_left=left),
+                              run_left=left, planner=step.rt.planner_token),
                 key=(iteration, call.id),
             )
             for call in decision.calls if call not in handed
@@ -721,7 +721,7 @@ def _repair(step: Step, run: RunRecord, new_messages: list[Message], iteration: 
     observations = [Observation(call_id=call.id, tool=call.name, result=result) for call, result in decision.answers]
     event = step.event(EventType.OBSERVATION_RECORDED,
                        ObservationRecorded(agent=run.agent, iteration=iteration, observations=observations,
-                                           repair=decision.note),
+                                           repair=decision.note, planner=step.rt.planner_token),
                        key=(iteration, "observation"))
     store = step.rt.store
 

@@ -45,6 +45,9 @@ class Runtime:
     hooks: Hooks
     stops: RunStops
     runs_left: RunsLeft = field(default_factory=RunsLeft)  # the runs as this process's last commits left them
+    # This process's planner token once it consumes a planner queue of its own (``Topology.planner_queue``): the calls
+    # it sends carry it, and their observations come back here, where the runs they move on are kept.
+    planner_token: str | None = None
 
     def agent(self, name: str) -> Agent | None:
         return self.agents.get(name)
@@ -77,7 +80,7 @@ def runtime_for(app: Celery) -> Runtime:
             settings.workspace.mkdir(parents=True, exist_ok=True)  # the default is a folder of its own
             install_for(settings)  # what this process logs, publishes publicly and shows is masked from now on
             agents = fleet_agents(settings, wrap=_rate_limit(settings))
-            topology = Topology(settings.namespace, tool_queues=agents.tool_queues())
+            topology = Topology(settings.namespace, tool_queues=agents.tool_queues(), affinity=not settings.embedded)
             publisher = Publisher(app, topology)
             hooks = build_hooks(settings)
             store = Store(make_engine(settings.effective_database_url), hooks=hooks, audit=settings.audit)

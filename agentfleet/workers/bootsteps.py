@@ -7,6 +7,7 @@ import gc
 import logging
 import os
 import threading
+import uuid
 from typing import Any
 
 from celery import bootsteps, signals
@@ -55,7 +56,20 @@ class DeclareTopology(bootsteps.StartStopStep):
             conn.ensure_connection(max_retries=None, timeout=rt.settings.connect_timeout_s,
                                    callback=celery_state.maybe_shutdown)
             rt.topology.declare(conn)
+            if rt.topology.affinity and rt.topology.role_queues[C.PLANNER].name in worker.app.amqp.queues.consume_from:
+                self._own_planner_queue(worker, rt, conn)
         log.info("topology declared", extra={"namespace": rt.topology.namespace})
+
+    @staticmethod
+    def _own_planner_queue(worker: Any, rt: Runtime, conn: Any) -> None:
+        """A planner consumes a queue of its own beside the role queue: the observations of the runs it planned come
+        back to it (``Topology`` affinity). A new token each start: what the last one left moves to the role queue."""
+        token = f"{worker.hostname[:150]}.{uuid.uuid4().hex[:12]}"
+        own = rt.topology.planner_queue(token)
+        own.bind(conn.default_channel).declare()
+        worker.app.amqp.queues.select_add(own)
+        rt.planner_token = token
+        log.info("planner queue declared", extra={"queue": own.name})
 
 
 class MetricsServer(bootsteps.StartStopStep):

@@ -46,6 +46,13 @@ def marks_redeliveries(broker_url: str) -> bool:
     return broker_url.partition("://")[0].lower() in REDELIVERY_MARKED
 
 
+def was_redelivered(request: Any) -> bool:
+    """Whether the message may have been delivered before: the broker's flag, or the broker's move out of a planner's
+    own queue (``x-death``, ``events/topology.py``), which clears the flag although the planner the message was in may
+    have died handling it. Counted so, a crash there is counted as any other (``max_step_attempts``)."""
+    return bool((request.delivery_info or {}).get("redelivered")) or bool(getattr(request, "x-death", None))
+
+
 class EventTask(Task):
     """Base of every event task: acks late, retries what is transient (tasks/retry.py), dead-letters the rest."""
 
@@ -63,7 +70,7 @@ def run_event(task: EventTask, raw: Any, carried: dict[str, Any] | None = None) 
         env = decode(raw)
         if env.type != task.name:
             raise MalformedEvent(f"envelope type {env.type} arrived as task {task.name}")
-        redelivered = bool((task.request.delivery_info or {}).get("redelivered"))
+        redelivered = was_redelivered(task.request)
         step = Step(rt, env, task.role, task.request.hostname or "unknown", redelivered, carried,
                     first_delivery=not (redelivered or task.request.retries)
                     and marks_redeliveries(task.app.conf.broker_url or ""))

@@ -1,0 +1,137 @@
+"""A run's observations go back to the planner process that planned it, on the real broker: to that planner's own
+queue while it is there, to the role queue (any planner) when it is not, and never lost on the way."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+from celery.app.task import Context
+from kombu import Connection
+
+from agentfleet import constants as C
+from agentfleet.config.settings import Settings, get_settings
+from agentfleet.events.envelope import Envelope, EventType, ObservationRecorded
+from agentfleet.events.publisher import Publisher
+from agentfleet.events.topology import PLANNER_WAIT_MS, Topology
+from agentfleet.workers.app import create_app
+from agentfleet.workers.embedded import InProcessFleet
+from agentfleet.workers.event_task import was_redelivered
+from tests.conftest import BROKER_URL
+from tests.helpers import wait_for_run
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def publisher(namespace: str) -> Iterator[Publisher]:
+    from kombu import pools
+
+    pools.reset()  # kombu's pool is process-wide: a connection an earlier test left idle may be one the broker closed
+    app = create_app(Settings(profile="distributed", broker_url=BROKER_URL, namespace=namespace))
+    topology = Topology(namespace)
+    with app.connection_for_write() as conn:
+        topology.declare(conn)
+        for token in ("p1", "p2"):
+            topology.planner_queue(token).bind(conn.default_channel).declare()
+    yield Publisher(app, topology)
+    with Connection(BROKER_URL) as conn:
+        for token in ("p1", "p2"):
+            topology.planner_queue(token).bind(conn.default_channel).delete()
+
+
+def observation(planner: str | None) -> Envelope:
+    return Envelope.new(EventType.OBSERVATION_RECORDED, "run-affinity",
+                        ObservationRecorded(agent="a", iteration=0, observations=[], planner=planner), trace_id="t")
+
+
+def taken(queue: str) -> list[tuple[dict, Envelope]]:
+    """Every message waiting in ``queue``, taken: (headers, the envelope)."""
+    import json
+
+    out = []
+    with Connection(BROKER_URL) as conn:
+        channel = conn.default_channel
+        while (message := channel.basic_get(queue)) is not None:
+            _args, kwargs, _embed = json.loads(message.body)
+            out.append((dict(message.headers), Envelope.model_validate(kwargs["envelope"])))
+            channel.basic_ack(message.delivery_tag)
+    return out
+
+
+def waiting(queue: str) -> int:
+    with Connection(BROKER_URL) as conn:
+        return conn.default_channel.queue_declare(queue, passive=True).message_count
+
+
+def test_an_observation_goes_to_the_queue_of_the_planner_that_planned_its_run(
+        publisher: Publisher, namespace: str) -> None:
+    topology = Topology(namespace)
+    to_p1, to_p2, to_anyone = observation("p1"), observation("p2"), observation(None)
+    publisher.publish([to_p1, to_p2, to_anyone])
+    got = {token: taken(topology.planner_queue(token).name) for token in ("p1", "p2")}
+    assert [env.event_id for _, env in got["p1"]] == [to_p1.event_id]
+    assert [env.event_id for _, env in got["p2"]] == [to_p2.event_id]
+    headers, _ = got["p1"][0]
+    assert headers["task"] == "observation.recorded" and headers["id"] == to_p1.event_id  # Celery's task, as ever
+    assert [env.event_id for _, env in taken(topology.role_queues[C.PLANNER].name)] == [to_anyone.event_id]
+
+
+def test_an_observation_for_a_planner_with_no_queue_goes_to_the_role_queue(
+        publisher: Publisher, namespace: str) -> None:
+    """A planner gone long enough for its queue to go: the token matches nothing, and the planners exchange hands the
+    message to its alternate, the events exchange, which routes it by type as any other."""
+    topology = Topology(namespace)
+    gone = observation("gone-for-good")
+    publisher.publish([gone])
+    assert [env.event_id for _, env in taken(topology.role_queues[C.PLANNER].name)] == [gone.event_id]
+
+
+def test_an_observation_its_planner_does_not_take_moves_to_the_role_queue_after_the_wait(
+        publisher: Publisher, namespace: str) -> None:
+    """The planner stopped (or is busy) with the observation in its queue: after ``PLANNER_WAIT_MS`` the broker moves
+    it to the role queue, whole, where any planner takes it."""
+    topology = Topology(namespace)
+    left = observation("p1")
+    publisher.publish([left])
+    own, role = topology.planner_queue("p1").name, topology.role_queues[C.PLANNER].name
+    assert waiting(own) == 1
+    deadline = time.monotonic() + PLANNER_WAIT_MS / 1000 + 15
+    while waiting(role) == 0 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert waiting(own) == 0
+    got = taken(role)
+    assert [env.event_id for _, env in got] == [left.event_id]
+    headers, env = got[0]
+    assert headers["task"] == "observation.recorded" and env == left
+    # The move clears the broker's redelivered flag, though the planner may have died with the message in hand: the
+    # fleet counts it as redelivered (a crash there counts towards max_step_attempts as any other).
+    assert was_redelivered(Context(headers, delivery_info={"redelivered": False}))
+    assert not was_redelivered(Context({"task": "observation.recorded"}, delivery_info={"redelivered": False}))
+
+
+def test_the_embedded_topology_routes_every_event_by_its_type() -> None:
+    """kombu's memory transport has no headers exchange; the embedded fleet is one process anyway."""
+    topology = Topology("ns", affinity=False)
+    payload = observation("p1").payload
+    assert topology.route(EventType.OBSERVATION_RECORDED, payload) == ("ns.events", "observation.recorded", {})
+    assert "ns.planners" not in [e.name for e in topology.all_exchanges()]
+
+
+def test_a_fleets_planner_gets_the_observations_of_the_runs_it_planned(distributed_env: dict[str, str]) -> None:
+    """Through the fleet: the planner consumes a queue of its own, its calls carry its token, the executor passes it
+    on, and the observer publishes the run's observation to it."""
+    with InProcessFleet(get_settings()) as fleet:
+        token = fleet.runtime.planner_token
+        assert token is not None
+        own = fleet.runtime.topology.planner_queue(token).name
+        with Connection(BROKER_URL) as conn:
+            assert conn.default_channel.queue_declare(own, passive=True).consumer_count == 1
+        run = wait_for_run(fleet.store, fleet.submit({"agent": "single", "input": {}}))
+        assert run.result and run.result["status"] == "succeeded", run.result
+        events = fleet.store.stored_events(run.run_id)
+    by_type = {e["type"]: e["payload"] for e in events}
+    assert by_type["tool.requested"]["planner"] == token
+    assert by_type["tool.completed"]["planner"] == token
+    assert by_type["observation.recorded"]["planner"] == token
