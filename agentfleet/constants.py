@@ -18,7 +18,7 @@ INBOX: Final = "inbox"  # plain JSON goals in (topic, routing key goal.<agent>)
 EVENTS: Final = "events"  # internal Celery task messages (topic, routing key = event type)
 PUBLIC: Final = "public"  # plain JSON notifications out (topic)
 DEAD: Final = "dead"  # dead letters (fanout)
-PLANNERS: Final = "planners"  # a run's observations to the planner process that planned it (headers; else events)
+AFFINITY: Final = "affinity"  # a run's next event to the process of its role that holds the run (headers; else events)
 UNROUTABLE: Final = "inbox.unroutable"  # the inbox's alternate exchange and its queue (fanout)
 # Celery's own: remote control (ping, inspect, pool_grow; kombu adds ".pidbox" and "reply.…") and
 # task events (Flower), namespaced so one namespace's tools neither see nor touch another's workers.
@@ -35,9 +35,9 @@ GOAL_ROUTING_PREFIX: Final = "goal."
 APPROVAL_RESOLVE_ROUTING_KEY: Final = "approval.resolve"  # answers to approval requests, plain JSON
 DOMAIN_ROUTING_PREFIX: Final = "domain."  # domain events, plain JSON: in on the inbox, mirrored on public
 
-# The header an observation carries to the planner process that planned its run (``<ns>.planners`` matches on it).
+# The header an event carries to the process that holds its run (``<ns>.affinity`` matches on it): that process's token.
 # Not ``x-``: RabbitMQ's headers exchange leaves those out of its match.
-HEADER_PLANNER: Final = "agentfleet-planner"
+HEADER_AFFINITY: Final = "agentfleet-affinity"
 
 # Message headers we add to dead letters.
 HEADER_DEAD_REASON: Final = "x-agentfleet-reason"

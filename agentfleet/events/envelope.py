@@ -112,8 +112,8 @@ def decode(raw: Any) -> Envelope:
         raise MalformedEvent(f"envelope invalid: {exc.errors()[:3]}") from exc
 
 
-# A planner's token names its own queue (``<ns>.planner.<token>``), and a queue's name is at most 255 bytes.
-PLANNER_TOKEN_MAX = 200
+# A process's token names its own queue (``<ns>.<role>.<token>``), and a queue's name is at most 255 bytes.
+TOKEN_MAX = 200
 
 
 class _Payload(BaseModel):
@@ -187,8 +187,10 @@ class ToolRequested(_Payload):
     queue: str | None = None  # the tool's dedicated queue (``@tool(queue=...)``), which the call is published to
     progress: bool = False  # the run announces its steps: so does the executor, for this call
     run_left: RunLeft | None = None  # the run as the commit that sent the call left it: for the observer
-    # The token of the planner process that sent the call: the observation goes back to it (``Topology.route``).
-    planner: str | None = Field(default=None, max_length=PLANNER_TOKEN_MAX)
+    # The tokens of the planner process that sent the call and of the observer that moved the run before it: the
+    # call's result goes back to that observer, and the observation to that planner (``Topology.route``).
+    planner: str | None = Field(default=None, max_length=TOKEN_MAX)
+    observer: str | None = Field(default=None, max_length=TOKEN_MAX)
 
 
 class ToolFinished(_Payload):
@@ -203,7 +205,8 @@ class ToolFinished(_Payload):
     attempt: int = 1
     worker: str | None = None
     run_left: RunLeft | None = None  # the request's, passed on as it came
-    planner: str | None = Field(default=None, max_length=PLANNER_TOKEN_MAX)  # the request's, passed on as it came
+    planner: str | None = Field(default=None, max_length=TOKEN_MAX)  # the request's, passed on as it came
+    observer: str | None = Field(default=None, max_length=TOKEN_MAX)  # the request's, passed on as it came
 
 
 class Observation(_Payload):
@@ -218,8 +221,10 @@ class ObservationRecorded(_Payload):
     observations: list[Observation]
     # Set when the planner told an unusable turn back to the model: what to do instead (a user message).
     repair: str | None = None
-    # The planner process that planned the iteration, when known: the observation is published to it.
-    planner: str | None = Field(default=None, max_length=PLANNER_TOKEN_MAX)
+    # The planner process that planned the iteration, when known: the observation is published to it. And the observer
+    # process that sent it, which holds the run as its move left it: the next iteration's call results go back there.
+    planner: str | None = Field(default=None, max_length=TOKEN_MAX)
+    observer: str | None = Field(default=None, max_length=TOKEN_MAX)
 
 
 class RunCancelRequested(_Payload):

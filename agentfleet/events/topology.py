@@ -2,16 +2,18 @@
 
 Each core event type has exactly one consuming role. Every consuming queue
 dead-letters to ``<ns>.dead``, so a message Celery does not recognise is kept,
-not deleted.
+not deleted (a process's own queue, below, to its role queue, which does).
 
-A run's ``observation.recorded`` goes back to the planner process that planned it (affinity): that process holds the
-run and its transcript as its last commit left them (``roles/runs_left.py``), and any other planner must read and lock
-them first: three round trips instead of one, which made throughput fall with a second planner (benchmarks/README.md).
-It is published to ``<ns>.planners`` (headers) with the planner's token; each planner process consumes a queue of its
-own bound to its token beside the role queue. Nothing waits on a planner that is gone: a token no queue is bound to
-goes to the exchange's alternate, ``<ns>.events``, and so to the role queue; a message left in a queue whose planner
-stopped moves to the role queue after ``PLANNER_WAIT_MS`` (per-queue TTL, dead-lettered there), and the queue itself
-goes once unused for ``PLANNER_QUEUE_EXPIRES_MS``. A planner that is busy past the wait loses only the affinity.
+A run's next event goes back to the process of its role that holds the run (affinity): ``observation.recorded`` to the
+planner that planned the iteration, ``tool.completed`` / ``tool.failed`` to the observer that moved the run last. That
+process holds the run (and the planner its transcript) as its last commit left them (``roles/runs_left.py``); any
+other must read and lock them first: three round trips instead of one, which made throughput fall with a second
+process per role (benchmarks/README.md). Such an event is published to ``<ns>.affinity`` (headers) with the process's
+token (``AFFINE``: which payload field names it); each planner and observer process consumes a queue of its own bound
+to its token beside its role queue. Nothing waits on a process that is gone: a token no queue is bound to goes to the
+exchange's alternate, ``<ns>.events``, and so to the role queue; a message left in a queue whose process stopped moves
+to the role queue after ``OWN_QUEUE_WAIT_MS`` (per-queue TTL, dead-lettered there), and the queue itself goes once
+unused for ``OWN_QUEUE_EXPIRES_MS``. A process busy past the wait loses only the affinity.
 """
 
 from __future__ import annotations
@@ -43,11 +45,19 @@ CONSUMERS: dict[EventType, str] = {
 }
 log = logging.getLogger(__name__)
 
-# How long an observation waits in its planner's own queue before the broker moves it to the role queue (any planner):
-# what a stopped or overloaded planner costs a run at most, against how often a busy one loses the run it holds.
-PLANNER_WAIT_MS = 3_000
-# A planner's own queue goes once this long without a consumer: well after every message in it has moved on.
-PLANNER_QUEUE_EXPIRES_MS = 60_000
+# How long an event waits in a process's own queue before the broker moves it to the role queue (any process of the
+# role): what a stopped or overloaded process costs a run at most, against how often a busy one loses the runs it holds.
+OWN_QUEUE_WAIT_MS = 3_000
+# A process's own queue goes once this long without a consumer: well after every message in it has moved on.
+OWN_QUEUE_EXPIRES_MS = 60_000
+# The events that go back to the process holding their run: the role consuming them, and the payload field naming
+# that process's token (``ToolRequested.observer`` and ``ToolFinished.observer`` carry the observer's on).
+AFFINE: dict[str, str] = {
+    EventType.OBSERVATION_RECORDED: "planner",
+    EventType.TOOL_COMPLETED: "observer",
+    EventType.TOOL_FAILED: "observer",
+}
+AFFINE_ROLES = (C.PLANNER, C.OBSERVER)
 
 
 def consumed_by(role: str) -> list[EventType]:
@@ -60,7 +70,7 @@ class Topology:
     # Dedicated tool queues the loaded agents' tools name (``@tool(queue=...)``): declared with the rest, so a call
     # published to one is kept until an executor started with ``--queues <name>`` takes it.
     tool_queues: tuple[str, ...] = ()
-    # Observations back to the planner process that planned the run (module docstring). Off in the embedded fleet: one
+    # Events back to the process that holds their run (module docstring). Off in the embedded fleet: one
     # process, and kombu's memory transport has no headers exchange.
     affinity: bool = True
 
@@ -83,23 +93,23 @@ class Topology:
         return Exchange(self.name(C.EVENTS), type="topic", durable=True)
 
     @cached_property
-    def planners(self) -> Exchange:
-        """Observations to a planner process's own queue by its token; a token nobody holds goes on to ``events``."""
-        return Exchange(self.name(C.PLANNERS), type="headers", durable=True,
+    def affine(self) -> Exchange:
+        """Events to a process's own queue by its token; a token nobody holds goes on to ``events``."""
+        return Exchange(self.name(C.AFFINITY), type="headers", durable=True,
                         arguments={"alternate-exchange": self.events.name})
 
-    def planner_queue(self, token: str) -> Queue:
-        """``<ns>.planner.<token>``: the observations of the runs one planner process planned. What it does not take
-        within ``PLANNER_WAIT_MS`` moves to the role queue; unused, it goes by itself."""
+    def own_queue(self, role: str, token: str) -> Queue:
+        """``<ns>.<role>.<token>``: the events of the runs one process of ``role`` holds. What it does not take within
+        ``OWN_QUEUE_WAIT_MS`` moves to the role queue; unused, it goes by itself."""
         return Queue(
-            f"{C.queue_name(self.namespace, C.PLANNER)}.{token}",
-            exchange=self.planners,
+            f"{C.queue_name(self.namespace, role)}.{token}",
+            exchange=self.affine,
             routing_key=token,
-            binding_arguments={"x-match": "all", C.HEADER_PLANNER: token},
+            binding_arguments={"x-match": "all", C.HEADER_AFFINITY: token},
             durable=True,
-            queue_arguments={"x-message-ttl": PLANNER_WAIT_MS, "x-expires": PLANNER_QUEUE_EXPIRES_MS,
+            queue_arguments={"x-message-ttl": OWN_QUEUE_WAIT_MS, "x-expires": OWN_QUEUE_EXPIRES_MS,
                              "x-dead-letter-exchange": "",
-                             "x-dead-letter-routing-key": self.role_queues[C.PLANNER].name},
+                             "x-dead-letter-routing-key": self.role_queues[role].name},
         )
 
     @cached_property
@@ -163,18 +173,20 @@ class Topology:
         return event_type
 
     def route(self, event_type: str, payload: dict[str, object]) -> tuple[str, str, dict[str, str]]:
-        """Where an internal event is published: exchange, routing key and the headers routing needs. An observation
-        naming the planner that planned its run goes to ``planners`` under its token; everything else to ``events``."""
-        if self.affinity and event_type == EventType.OBSERVATION_RECORDED and (planner := payload.get("planner")):
-            return self.planners.name, event_type, {C.HEADER_PLANNER: str(planner)}
-        return self.events.name, self.routing_key(event_type, payload), {}
+        """Where an internal event is published: exchange, routing key and the headers routing needs. An event naming
+        the process that holds its run (``AFFINE``) goes to ``affine`` under its token; any other to ``events``."""
+        routing_key = self.routing_key(event_type, payload)
+        field = AFFINE.get(event_type)
+        if self.affinity and field is not None and (token := payload.get(field)):
+            return self.affine.name, routing_key, {C.HEADER_AFFINITY: str(token)}
+        return self.events.name, routing_key, {}
 
     def all_queues(self) -> list[Queue]:
         return [*self.role_queues.values(), *(self.tool_queue(q) for q in self.tool_queues), self.inbox_queue,
                 self.unroutable_queue, self.dead_queue]
 
     def all_exchanges(self) -> list[Exchange]:
-        return [self.dead, self.unroutable, self.inbox, self.events, *([self.planners] if self.affinity else []),
+        return [self.dead, self.unroutable, self.inbox, self.events, *([self.affine] if self.affinity else []),
                 self.public]
 
     @property

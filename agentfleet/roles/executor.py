@@ -104,7 +104,7 @@ def on_tool_requested(step: Step) -> list[Envelope]:
         finished = ToolFinished(
             agent=req.agent, iteration=req.iteration, call_id=req.call.id, tool=req.call.name,
             sibling_call_ids=req.sibling_call_ids, result=result, attempt=attempt, worker=step.worker,
-            run_left=req.run_left, planner=req.planner,
+            run_left=req.run_left, planner=req.planner, observer=req.observer,
         )
         event_type = EventType.TOOL_COMPLETED if result.ok else EventType.TOOL_FAILED
         event = step.event(event_type, finished, key=(req.iteration, req.call.id, "finished"))

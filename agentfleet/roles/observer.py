@@ -128,7 +128,7 @@ def _observed(step: Step, conn: Connection, run: RunRecord, done: ToolFinished,
     event = step.event(
         EventType.OBSERVATION_RECORDED,
         ObservationRecorded(agent=run.agent, iteration=done.iteration, observations=observations,
-                            planner=done.planner),
+                            planner=done.planner, observer=step.rt.tokens.get(C.OBSERVER)),
         key=(done.iteration, "observation"),
     )
     return step.commit(conn, [event])

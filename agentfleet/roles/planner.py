@@ -17,7 +17,7 @@ from pydantic import ValidationError
 from sqlalchemy import Connection
 
 from agentfleet.agents.registry import Agent
-from agentfleet.constants import FINAL_ANSWER_TOOL, REPAIR_MESSAGE_NAME
+from agentfleet.constants import FINAL_ANSWER_TOOL, PLANNER, REPAIR_MESSAGE_NAME
 from agentfleet.context.assemble import Overflow
 from agentfleet.context.builder import estimate_tokens
 from agentfleet.context.counting import WRITTEN_CHARS_PER_TOKEN
@@ -650,6 +650,8 @@ def _dispatch(step: Step, run: RunRecord, new_messages: list[Message], iteration
     call_ids = [c.id for c in decision.calls]
     handed = [c for c in decision.calls if agent is not None and delegation.planner_hands_off(step, agent, c)]
     queues = {c.id: _queue_of(step, agent, c.name) for c in decision.calls if c not in handed}  # not with the row held
+    answered = step.body()  # the observer that sent the observation this plan answers holds the run as its move left it
+    observer = answered.observer if isinstance(answered, ObservationRecorded) else None
 
     def requested(moved: RunRecord) -> list[Envelope]:
         """The calls for executors. The iteration's one call carries the run as this commit leaves it, for the
@@ -664,7 +666,7 @@ def _dispatch(step: Step, run: RunRecord, new_messages: list[Message], iteration
                 ToolRequested(agent=run.agent, iteration=iteration, call=call, sibling_call_ids=call_ids,
                               idempotency_key=idempotency_key(run.run_id, iteration, "tool", call.id),
                               deadline_at=run.deadline_at().timestamp(), queue=queues[call.id], progress=run.progress,
-                              run_left=left, planner=step.rt.planner_token),
+                              run_left=left, planner=step.rt.tokens.get(PLANNER), observer=observer),
                 key=(iteration, call.id),
             )
             for call in decision.calls if call not in handed
@@ -721,7 +723,7 @@ def _repair(step: Step, run: RunRecord, new_messages: list[Message], iteration: 
     observations = [Observation(call_id=call.id, tool=call.name, result=result) for call, result in decision.answers]
     event = step.event(EventType.OBSERVATION_RECORDED,
                        ObservationRecorded(agent=run.agent, iteration=iteration, observations=observations,
-                                           repair=decision.note, planner=step.rt.planner_token),
+                                           repair=decision.note, planner=step.rt.tokens.get(PLANNER)),
                        key=(iteration, "observation"))
     store = step.rt.store
 

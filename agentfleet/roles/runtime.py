@@ -45,9 +45,9 @@ class Runtime:
     hooks: Hooks
     stops: RunStops
     runs_left: RunsLeft = field(default_factory=RunsLeft)  # the runs as this process's last commits left them
-    # This process's planner token once it consumes a planner queue of its own (``Topology.planner_queue``): the calls
-    # it sends carry it, and their observations come back here, where the runs they move on are kept.
-    planner_token: str | None = None
+    # Role -> this process's token, for each role it has a queue of its own for (``Topology.own_queue``): the events it
+    # sends carry it, and the next event of each run comes back here, where the run as it left it is kept.
+    tokens: dict[str, str] = field(default_factory=dict)
 
     def agent(self, name: str) -> Agent | None:
         return self.agents.get(name)

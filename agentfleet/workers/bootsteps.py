@@ -16,6 +16,7 @@ from kombu import Consumer
 
 from agentfleet import constants as C
 from agentfleet.events.publisher import queue_depths
+from agentfleet.events.topology import AFFINE_ROLES
 from agentfleet.fleet.health_cache import CheckPlan, plan_checks
 from agentfleet.hooks.metrics import PrometheusHook
 from agentfleet.roles import approvals, retention, schedules
@@ -56,20 +57,23 @@ class DeclareTopology(bootsteps.StartStopStep):
             conn.ensure_connection(max_retries=None, timeout=rt.settings.connect_timeout_s,
                                    callback=celery_state.maybe_shutdown)
             rt.topology.declare(conn)
-            if rt.topology.affinity and rt.topology.role_queues[C.PLANNER].name in worker.app.amqp.queues.consume_from:
-                self._own_planner_queue(worker, rt, conn)
+            if rt.topology.affinity:
+                for role in AFFINE_ROLES:
+                    if rt.topology.role_queues[role].name in worker.app.amqp.queues.consume_from:
+                        self._own_queue(worker, rt, conn, role)
         log.info("topology declared", extra={"namespace": rt.topology.namespace})
 
     @staticmethod
-    def _own_planner_queue(worker: Any, rt: Runtime, conn: Any) -> None:
-        """A planner consumes a queue of its own beside the role queue: the observations of the runs it planned come
-        back to it (``Topology`` affinity). A new token each start: what the last one left moves to the role queue."""
+    def _own_queue(worker: Any, rt: Runtime, conn: Any, role: str) -> None:
+        """A planner or observer consumes a queue of its own beside the role queue: the next events of the runs it
+        moved come back to it (``Topology`` affinity). A new token each start: what the last one left moves to the
+        role queue."""
         token = f"{worker.hostname[:150]}.{uuid.uuid4().hex[:12]}"
-        own = rt.topology.planner_queue(token)
+        own = rt.topology.own_queue(role, token)
         own.bind(conn.default_channel).declare()
         worker.app.amqp.queues.select_add(own)
-        rt.planner_token = token
-        log.info("planner queue declared", extra={"queue": own.name})
+        rt.tokens[role] = token
+        log.info("own queue declared", extra={"queue": own.name})
 
 
 class MetricsServer(bootsteps.StartStopStep):

@@ -47,8 +47,8 @@ def marks_redeliveries(broker_url: str) -> bool:
 
 
 def was_redelivered(request: Any) -> bool:
-    """Whether the message may have been delivered before: the broker's flag, or the broker's move out of a planner's
-    own queue (``x-death``, ``events/topology.py``), which clears the flag although the planner the message was in may
+    """Whether the message may have been delivered before: the broker's flag, or the broker's move out of a process's
+    own queue (``x-death``, ``events/topology.py``), which clears the flag although the process the message was in may
     have died handling it. Counted so, a crash there is counted as any other (``max_step_attempts``)."""
     return bool((request.delivery_info or {}).get("redelivered")) or bool(getattr(request, "x-death", None))
 

@@ -1,5 +1,6 @@
-"""A run's observations go back to the planner process that planned it, on the real broker: to that planner's own
-queue while it is there, to the role queue (any planner) when it is not, and never lost on the way."""
+"""A run's next event goes back to the process of its role that holds the run, on the real broker: observations to
+the planner that planned the iteration, tool results to the observer that moved the run last. To that process's own
+queue while it is there, to the role queue (any process of the role) when it is not, and never lost on the way."""
 
 from __future__ import annotations
 
@@ -12,9 +13,10 @@ from kombu import Connection
 
 from agentfleet import constants as C
 from agentfleet.config.settings import Settings, get_settings
-from agentfleet.events.envelope import Envelope, EventType, ObservationRecorded
+from agentfleet.events.envelope import Envelope, EventType, ObservationRecorded, ToolFinished
 from agentfleet.events.publisher import Publisher
-from agentfleet.events.topology import PLANNER_WAIT_MS, Topology
+from agentfleet.events.topology import OWN_QUEUE_WAIT_MS, Topology
+from agentfleet.loop.transcript import ToolResult
 from agentfleet.workers.app import create_app
 from agentfleet.workers.embedded import InProcessFleet
 from agentfleet.workers.event_task import was_redelivered
@@ -33,17 +35,27 @@ def publisher(namespace: str) -> Iterator[Publisher]:
     topology = Topology(namespace)
     with app.connection_for_write() as conn:
         topology.declare(conn)
-        for token in ("p1", "p2"):
-            topology.planner_queue(token).bind(conn.default_channel).declare()
+        for role, token in OWN:
+            topology.own_queue(role, token).bind(conn.default_channel).declare()
     yield Publisher(app, topology)
     with Connection(BROKER_URL) as conn:
-        for token in ("p1", "p2"):
-            topology.planner_queue(token).bind(conn.default_channel).delete()
+        for role, token in OWN:
+            topology.own_queue(role, token).bind(conn.default_channel).delete()
+
+
+OWN = [(C.PLANNER, "p1"), (C.PLANNER, "p2"), (C.OBSERVER, "o1")]
 
 
 def observation(planner: str | None) -> Envelope:
     return Envelope.new(EventType.OBSERVATION_RECORDED, "run-affinity",
-                        ObservationRecorded(agent="a", iteration=0, observations=[], planner=planner), trace_id="t")
+                        ObservationRecorded(agent="a", iteration=0, observations=[], planner=planner, observer="o1"),
+                        trace_id="t")
+
+
+def finished(event_type: EventType, observer: str | None) -> Envelope:
+    return Envelope.new(event_type, "run-affinity", ToolFinished(
+        agent="a", iteration=1, call_id="c", tool="t", sibling_call_ids=["c"], result=ToolResult(ok=True),
+        planner="p1", observer=observer), trace_id="t")
 
 
 def taken(queue: str) -> list[tuple[dict, Envelope]]:
@@ -70,12 +82,26 @@ def test_an_observation_goes_to_the_queue_of_the_planner_that_planned_its_run(
     topology = Topology(namespace)
     to_p1, to_p2, to_anyone = observation("p1"), observation("p2"), observation(None)
     publisher.publish([to_p1, to_p2, to_anyone])
-    got = {token: taken(topology.planner_queue(token).name) for token in ("p1", "p2")}
+    got = {token: taken(topology.own_queue(role, token).name) for role, token in OWN}
+    assert got["o1"] == []  # the observer named on an observation is for the next call, not for this
     assert [env.event_id for _, env in got["p1"]] == [to_p1.event_id]
     assert [env.event_id for _, env in got["p2"]] == [to_p2.event_id]
     headers, _ = got["p1"][0]
     assert headers["task"] == "observation.recorded" and headers["id"] == to_p1.event_id  # Celery's task, as ever
     assert [env.event_id for _, env in taken(topology.role_queues[C.PLANNER].name)] == [to_anyone.event_id]
+
+
+def test_a_tool_result_goes_to_the_queue_of_the_observer_that_moved_its_run_last(
+        publisher: Publisher, namespace: str) -> None:
+    topology = Topology(namespace)
+    done, failed, to_anyone = (finished(EventType.TOOL_COMPLETED, "o1"), finished(EventType.TOOL_FAILED, "o1"),
+                               finished(EventType.TOOL_COMPLETED, None))
+    publisher.publish([done, failed, to_anyone])
+    got = taken(topology.own_queue(C.OBSERVER, "o1").name)
+    assert sorted(env.event_id for _, env in got) == sorted([done.event_id, failed.event_id])
+    assert {headers["task"] for headers, _ in got} == {"tool.completed", "tool.failed"}
+    assert taken(topology.own_queue(C.PLANNER, "p1").name) == []  # the planner named is the observation's
+    assert [env.event_id for _, env in taken(topology.role_queues[C.OBSERVER].name)] == [to_anyone.event_id]
 
 
 def test_an_observation_for_a_planner_with_no_queue_goes_to_the_role_queue(
@@ -90,14 +116,14 @@ def test_an_observation_for_a_planner_with_no_queue_goes_to_the_role_queue(
 
 def test_an_observation_its_planner_does_not_take_moves_to_the_role_queue_after_the_wait(
         publisher: Publisher, namespace: str) -> None:
-    """The planner stopped (or is busy) with the observation in its queue: after ``PLANNER_WAIT_MS`` the broker moves
+    """The planner stopped (or is busy) with the observation in its queue: after ``OWN_QUEUE_WAIT_MS`` the broker moves
     it to the role queue, whole, where any planner takes it."""
     topology = Topology(namespace)
     left = observation("p1")
     publisher.publish([left])
-    own, role = topology.planner_queue("p1").name, topology.role_queues[C.PLANNER].name
+    own, role = topology.own_queue(C.PLANNER, "p1").name, topology.role_queues[C.PLANNER].name
     assert waiting(own) == 1
-    deadline = time.monotonic() + PLANNER_WAIT_MS / 1000 + 15
+    deadline = time.monotonic() + OWN_QUEUE_WAIT_MS / 1000 + 15
     while waiting(role) == 0 and time.monotonic() < deadline:
         time.sleep(0.2)
     assert waiting(own) == 0
@@ -116,22 +142,30 @@ def test_the_embedded_topology_routes_every_event_by_its_type() -> None:
     topology = Topology("ns", affinity=False)
     payload = observation("p1").payload
     assert topology.route(EventType.OBSERVATION_RECORDED, payload) == ("ns.events", "observation.recorded", {})
-    assert "ns.planners" not in [e.name for e in topology.all_exchanges()]
+    assert topology.route(EventType.TOOL_COMPLETED, finished(EventType.TOOL_COMPLETED, "o1").payload) == (
+        "ns.events", "tool.completed", {})
+    assert "ns.affinity" not in [e.name for e in topology.all_exchanges()]
 
 
-def test_a_fleets_planner_gets_the_observations_of_the_runs_it_planned(distributed_env: dict[str, str]) -> None:
-    """Through the fleet: the planner consumes a queue of its own, its calls carry its token, the executor passes it
-    on, and the observer publishes the run's observation to it."""
+def test_a_fleets_planner_and_observer_get_the_events_of_the_runs_they_moved(distributed_env: dict[str, str]) -> None:
+    """Through the fleet: the planner and the observer each consume a queue of their own; a call carries the planner's
+    token, and from the second iteration on the observer's; the executor passes both on; the observer publishes the
+    observation to that planner, with its own token for the next call."""
     with InProcessFleet(get_settings()) as fleet:
-        token = fleet.runtime.planner_token
-        assert token is not None
-        own = fleet.runtime.topology.planner_queue(token).name
+        tokens = dict(fleet.runtime.tokens)
+        assert set(tokens) == {C.PLANNER, C.OBSERVER}
         with Connection(BROKER_URL) as conn:
-            assert conn.default_channel.queue_declare(own, passive=True).consumer_count == 1
-        run = wait_for_run(fleet.store, fleet.submit({"agent": "single", "input": {}}))
+            for role, token in tokens.items():
+                own = fleet.runtime.topology.own_queue(role, token).name
+                assert conn.default_channel.queue_declare(own, passive=True).consumer_count == 1
+        run = wait_for_run(fleet.store, fleet.submit({"agent": "ledger", "input": {}}))
         assert run.result and run.result["status"] == "succeeded", run.result
         events = fleet.store.stored_events(run.run_id)
-    by_type = {e["type"]: e["payload"] for e in events}
-    assert by_type["tool.requested"]["planner"] == token
-    assert by_type["tool.completed"]["planner"] == token
-    assert by_type["observation.recorded"]["planner"] == token
+    planner, observer = tokens[C.PLANNER], tokens[C.OBSERVER]
+    calls = {e["payload"]["call"]["id"]: e["payload"] for e in events if e["type"] == "tool.requested"}
+    results = {e["payload"]["call_id"]: e["payload"] for e in events if e["type"] == "tool.completed"}
+    assert len(calls) == 7 and {c["planner"] for c in calls.values()} == {planner}
+    assert calls["a1"]["observer"] is None  # the first iteration answers the goal: no observer has moved the run yet
+    assert calls["a4"]["observer"] == observer and results["a4"]["observer"] == observer
+    observations = [e["payload"] for e in events if e["type"] == "observation.recorded"]
+    assert len(observations) == 2 and all(o["planner"] == planner and o["observer"] == observer for o in observations)
