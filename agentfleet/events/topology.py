@@ -19,6 +19,7 @@ unused for ``OWN_QUEUE_EXPIRES_MS``. A process busy past the wait loses only the
 from __future__ import annotations
 
 import logging
+import uuid
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -26,7 +27,7 @@ from amqp.exceptions import PreconditionFailed
 from kombu import Connection, Exchange, Queue, binding
 
 from agentfleet import constants as C
-from agentfleet.events.envelope import EventType
+from agentfleet.events.envelope import TOKEN_MAX, EventType
 
 CONSUMERS: dict[EventType, str] = {
     EventType.GOAL_SUBMITTED: C.PLANNER,
@@ -50,14 +51,17 @@ log = logging.getLogger(__name__)
 OWN_QUEUE_WAIT_MS = 3_000
 # A process's own queue goes once this long without a consumer: well after every message in it has moved on.
 OWN_QUEUE_EXPIRES_MS = 60_000
-# The events that go back to the process holding their run: the role consuming them, and the payload field naming
-# that process's token (``ToolRequested.observer`` and ``ToolFinished.observer`` carry the observer's on).
+# The events that go back to the process holding their run, and the payload field naming that process's token
+# (``ToolRequested.observer`` and ``ToolFinished.observer`` carry the observer's on).
 AFFINE: dict[str, str] = {
     EventType.OBSERVATION_RECORDED: "planner",
     EventType.TOOL_COMPLETED: "observer",
     EventType.TOOL_FAILED: "observer",
 }
-AFFINE_ROLES = (C.PLANNER, C.OBSERVER)
+# The roles whose processes have a queue of their own: those consuming an event of ``AFFINE``.
+AFFINE_ROLES = tuple(dict.fromkeys(CONSUMERS[EventType(t)] for t in AFFINE))
+# A queue's name is an AMQP short string.
+QUEUE_NAME_MAX_BYTES = 255
 
 
 def consumed_by(role: str) -> list[EventType]:
@@ -97,6 +101,18 @@ class Topology:
         """Events to a process's own queue by its token; a token nobody holds goes on to ``events``."""
         return Exchange(self.name(C.AFFINITY), type="headers", durable=True,
                         arguments={"alternate-exchange": self.events.name})
+
+    def own_token(self, role: str, hostname: str) -> str | None:
+        """A new token for a process of ``role``: its hostname (for people reading the broker's list of queues), cut so
+        that the token and its queue's name fit (``TOKEN_MAX``, ``QUEUE_NAME_MAX_BYTES``), and a unique part. None when
+        the namespace leaves no room even for that: the process then goes without affinity."""
+        unique = uuid.uuid4().hex[:12]
+        left = QUEUE_NAME_MAX_BYTES - len(f"{C.queue_name(self.namespace, role)}.{unique}".encode())
+        if left < 0:
+            return None
+        room = min(left, TOKEN_MAX - len(unique)) - 1  # the dot between the hostname and ``unique``
+        host = hostname.encode()[:room].decode(errors="ignore") if room > 0 else ""
+        return f"{host}.{unique}" if host else unique
 
     def own_queue(self, role: str, token: str) -> Queue:
         """``<ns>.<role>.<token>``: the events of the runs one process of ``role`` holds. What it does not take within

@@ -7,7 +7,6 @@ import gc
 import logging
 import os
 import threading
-import uuid
 from typing import Any
 
 from celery import bootsteps, signals
@@ -68,7 +67,11 @@ class DeclareTopology(bootsteps.StartStopStep):
         """A planner or observer consumes a queue of its own beside the role queue: the next events of the runs it
         moved come back to it (``Topology`` affinity). A new token each start: what the last one left moves to the
         role queue."""
-        token = f"{worker.hostname[:150]}.{uuid.uuid4().hex[:12]}"
+        token = rt.topology.own_token(role, worker.hostname)
+        if token is None:
+            log.warning("no affinity: the namespace leaves no room for a queue of this process's own",
+                        extra={"role": role, "namespace": rt.topology.namespace})
+            return
         own = rt.topology.own_queue(role, token)
         own.bind(conn.default_channel).declare()
         worker.app.amqp.queues.select_add(own)

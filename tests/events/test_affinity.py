@@ -4,7 +4,7 @@ queue while it is there, to the role queue (any process of the role) when it is 
 
 from __future__ import annotations
 
-import time
+import uuid
 from collections.abc import Iterator
 
 import pytest
@@ -21,7 +21,7 @@ from agentfleet.workers.app import create_app
 from agentfleet.workers.embedded import InProcessFleet
 from agentfleet.workers.event_task import was_redelivered
 from tests.conftest import BROKER_URL
-from tests.helpers import wait_for_run
+from tests.helpers import eventually, wait_for_run
 
 pytestmark = pytest.mark.integration
 
@@ -122,15 +122,14 @@ def test_an_observation_its_planner_does_not_take_moves_to_the_role_queue_after_
     left = observation("p1")
     publisher.publish([left])
     own, role = topology.own_queue(C.PLANNER, "p1").name, topology.role_queues[C.PLANNER].name
-    assert waiting(own) == 1
-    deadline = time.monotonic() + OWN_QUEUE_WAIT_MS / 1000 + 15
-    while waiting(role) == 0 and time.monotonic() < deadline:
-        time.sleep(0.2)
+    eventually(lambda: waiting(role) == 1, timeout=OWN_QUEUE_WAIT_MS / 1000 + 15, message="moved to the role queue")
     assert waiting(own) == 0
     got = taken(role)
     assert [env.event_id for _, env in got] == [left.event_id]
     headers, env = got[0]
     assert headers["task"] == "observation.recorded" and env == left
+    # It was in the planner's own queue first, and left it by the wait: the broker says so (no clock read here).
+    assert [(d["queue"], d["reason"]) for d in headers["x-death"]] == [(own, "expired")]
     # The move clears the broker's redelivered flag, though the planner may have died with the message in hand: the
     # fleet counts it as redelivered (a crash there counts towards max_step_attempts as any other).
     assert was_redelivered(Context(headers, delivery_info={"redelivered": False}))
@@ -169,3 +168,48 @@ def test_a_fleets_planner_and_observer_get_the_events_of_the_runs_they_moved(dis
     assert calls["a4"]["observer"] == observer and results["a4"]["observer"] == observer
     observations = [e["payload"] for e in events if e["type"] == "observation.recorded"]
     assert len(observations) == 2 and all(o["planner"] == planner and o["observer"] == observer for o in observations)
+
+
+@pytest.mark.parametrize("length", [200, 234])
+def test_a_long_namespace_and_hostname_still_start_the_worker(length: int, distributed_env: dict[str, str]) -> None:
+    """A queue's name is at most 255 bytes (AMQP's short string). A process's own queue is named after the namespace,
+    the role and its hostname, which an operator chooses (``--hostname``): cut to fit. 234 is the longest namespace
+    Celery's own names fit (``reply.<ns>.control.pidbox``): its planner's own queue has room for no hostname at all."""
+    from types import SimpleNamespace
+
+    from agentfleet.roles.runtime import close_runtime, runtime_for
+    from agentfleet.workers.bootsteps import DeclareTopology
+
+    namespace = "n" * (length - 6) + uuid.uuid4().hex[:6]
+    settings = get_settings().model_copy(update={"namespace": namespace})
+    app = create_app(settings)
+    rt = runtime_for(app)
+    worker = SimpleNamespace(hostname="planner.1@" + "é" * 150, app=app)  # Celery's worker: what the step reads
+    try:
+        app.amqp.queues.select([rt.topology.role_queues[C.PLANNER].name])
+        with app.connection_for_write() as conn:
+            rt.topology.declare(conn)
+            DeclareTopology._own_queue(worker, rt, conn, C.PLANNER)
+        own = rt.topology.own_queue(C.PLANNER, rt.tokens[C.PLANNER])
+        assert len(own.name.encode()) <= 255 and own.name in app.amqp.queues.consume_from
+        assert waiting(own.name) == 0  # declared on the broker
+        ObservationRecorded(agent="a", iteration=0, observations=[], planner=rt.tokens[C.PLANNER])  # a valid token
+    finally:
+        with Connection(BROKER_URL) as conn:
+            for token in rt.tokens.values():
+                rt.topology.own_queue(C.PLANNER, token).bind(conn.default_channel).delete()
+            rt.topology.delete(conn)
+        close_runtime(app)
+    # A namespace longer still has no room for a token: no affinity (the worker could not start anyway: Celery's own
+    # names would not fit either).
+    assert Topology("n" * 240).own_token(C.PLANNER, "planner.1@host") is None
+
+
+def test_a_token_longer_than_a_queue_name_allows_is_refused_with_the_event() -> None:
+    """An event naming a token no queue could have (a forged or broken one) fails validation: it is dead-lettered
+    with its reason, as any malformed event (``decode``), not published into the broker's refusal."""
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError):
+        ToolFinished(agent="a", iteration=1, call_id="c", tool="t", sibling_call_ids=["c"], result=ToolResult(ok=True),
+                     observer="x" * 201)
