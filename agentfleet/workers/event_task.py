@@ -56,6 +56,7 @@ def was_redelivered(request: Any) -> bool:
 class EventTask(Task):
     """Base of every event task: acks late, retries what is transient (tasks/retry.py), dead-letters the rest."""
 
+    Strategy = "agentfleet.workers.strategy:fleet_strategy"
     acks_late = True
     reject_on_worker_lost = True
     ignore_result = True
