@@ -16,6 +16,9 @@ body, or any other exception, is rejected without requeue, as ``FleetConsumer`` 
 autoscaler still sees it (the consumer's per-message callbacks). Acks go through the consumer's own promises, on the
 consumer's thread, as Celery's do.
 
+A message with no id (a string) is rejected whichever way: Celery's ``Request`` raised ``KeyError`` for it on the
+consumer's thread, and the message was never dead-lettered.
+
 Everything else takes Celery's own way, per message: a message with an ETA (a retry's countdown) or an expiry, a
 revoked id, a rate-limited task, task events switched on (Flower watching, ``AGENTFLEET_TASK_EVENTS``: their
 ``task-received`` / ``task-started`` / ``task-succeeded`` come from Celery's ``Request``), a receiver connected to
@@ -185,6 +188,10 @@ def fleet_strategy(task: Task, app: Celery, consumer: Any, **kwargs: Any) -> Any
 
     def handle(message: Any, body: Any, ack: Any, reject: Any, callbacks: Any) -> Any:
         headers = message.headers
+        if not isinstance(headers.get("id"), str):  # either way would raise on the consumer's thread, every redelivery
+            log.error("task message without an id rejected", extra={"task": task.name})
+            reject(log, errors, False)
+            return None
         if (body is not None or message.content_type != JSON or headers.get("eta") or headers.get("expires")
                 or headers.get("id") in revoked or task_events(consumer, task) or _listened()
                 or buckets.get(task.name) is not None or not plain):

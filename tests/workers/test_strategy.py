@@ -111,3 +111,25 @@ def test_a_task_message_no_handler_takes_is_rejected_to_the_dead_letters(
     client.close()
     assert result is not None and result["status"] == "succeeded", workers.logs()
     assert all(p.poll() is None for _, p in workers.procs)
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("headers", [{"task": "observation.recorded", "lang": "py"},
+                                     {"task": "observation.recorded", "id": ["not", "an", "id"], "lang": "py"}])
+def test_a_task_message_without_an_id_is_rejected_and_the_worker_goes_on(
+        workers: WorkerProcs, namespace: str, headers: dict[str, Any]) -> None:
+    for role in C.ROLES:
+        workers.start(role)
+    workers.wait_ready()
+    client = AmqpClient()
+    client.channel.basic_publish(
+        exchange=f"{namespace}.events", routing_key="observation.recorded", body=b'[[], {"envelope": {}}, {}]',
+        properties=pika.BasicProperties(content_type="application/json", content_encoding="utf-8", delivery_mode=2,
+                                        headers=headers))
+    [(props, _)] = client.drain(f"{namespace}.dead", 1, timeout=30)
+    assert props.headers["x-death"][0]["reason"] == "rejected"
+    corr = client.publish_goal(namespace, "goal.fanout", GOAL)
+    result = client.replies(1, timeout=60).get(corr)
+    client.close()
+    assert result is not None and result["status"] == "succeeded", workers.logs()[-3000:]
+    assert all(p.poll() is None for _, p in workers.procs)
