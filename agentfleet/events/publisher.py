@@ -58,6 +58,13 @@ def task_body(env: Envelope) -> bytes:
     return _BODY_HEAD + encoded + _BODY_TAIL
 
 
+def task_reprs(env: Envelope) -> dict[str, str]:
+    """What Celery's logs, Flower and `celery events` show of an event's task message: which event, never its payload
+    (tool arguments and outputs, goal inputs). Given to every copy: the first, and a retry's (``Task.retry``, which
+    would write its own from the arguments)."""
+    return {"argsrepr": "()", "kwargsrepr": f"{{'envelope': <{env.type} run={env.run_id} event={env.event_id}>}}"}
+
+
 # Producers a publisher keeps bound to connections of its own: as many threads publish at once without kombu's pool.
 KEPT_PRODUCERS = 8
 
@@ -176,10 +183,7 @@ class Publisher:
         for env in batch:
             name = str(env.type)
             task = self.app.amqp.as_task_v2(  # its headers and properties; the body is ``task_body``'s
-                env.event_id, name,
-                # What Flower and `celery events` show of the task: which event, never its payload
-                # (tool arguments and outputs, goal inputs).
-                argsrepr="()", kwargsrepr=f"{{'envelope': <{env.type} run={env.run_id} event={env.event_id}>}}",
+                env.event_id, name, **task_reprs(env),
                 root_id=root_id or env.event_id, parent_id=parent.request.id if parent else None,
                 ignore_result=True, origin=self.origin,
             )

@@ -20,6 +20,7 @@ from celery import Celery, Task
 from agentfleet.errors import RECOVERY_SUGGESTIONS, AgentfleetError, ErrorCode, MalformedEvent
 from agentfleet.events.contracts import Result, ResultStatus
 from agentfleet.events.envelope import Envelope, EventType, GoalSubmitted, decode
+from agentfleet.events.publisher import task_reprs
 from agentfleet.events.topology import CONSUMERS
 from agentfleet.hooks.base import StepInfo
 from agentfleet.logs import log_context
@@ -133,7 +134,8 @@ def _retry_later(task: EventTask, step: Step, exc: Exception) -> str:
         kwargs["carried"] = exc.carry
     # Celery sends the exception to Flower (task-retried): its text, masked, not the original (a database
     # error quotes the statement's parameters, a tool's arguments among them).
-    raise task.retry(exc=AgentfleetError(redact(f"{type(exc).__name__}: {exc}")), countdown=delay, kwargs=kwargs)
+    raise task.retry(exc=AgentfleetError(redact(f"{type(exc).__name__}: {exc}")), countdown=delay, kwargs=kwargs,
+                     **task_reprs(step.env))
 
 
 def _failed_for_good(step: Step, exc: Exception) -> str:

@@ -44,6 +44,10 @@ def test_a_step_whose_lock_outlives_a_dead_holder_is_retried_until_it_runs(
     assert result is not None and result["status"] == "succeeded", workers.logs()
     assert (tmp_path / f"ledger-{run_id}.txt").read_text().count(":only:") == 1
     assert [s["attempts"] for s in store.steps(run_id) if s["kind"] == "tool"] == [1]
+    # The retry's copy is described as the first was (Celery's "received" line, Flower): which event, not its payload
+    # (a tool's arguments, a carried result).
+    received = [line for line in workers.logs().splitlines() if "Task tool.requested[" in line and "received" in line]
+    assert received and not any("payload" in line or "idempotency_key" in line for line in received), received[:1]
 
 
 def test_a_goal_that_no_planner_can_take_ends_with_a_result_and_a_reasoned_dead_letter(
