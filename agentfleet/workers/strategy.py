@@ -42,7 +42,6 @@ from celery._state import _task_stack
 from celery.exceptions import Ignore, Reject, Retry
 from celery.worker import state as worker_state
 from celery.worker.strategy import default as celery_strategy
-from kombu.serialization import loads
 
 log = logging.getLogger(__name__)
 
@@ -139,7 +138,7 @@ class _Handling:
         """The task's arguments and its request, as ``Request`` and the tracer build it: the message's headers, the
         canvas options of its body, its properties, delivery info and the worker's hostname."""
         message = self.message
-        args, kwargs, embed = loads(message.body, message.content_type, message.content_encoding, accept={JSON})
+        args, kwargs, embed = message.decode()  # kombu's, with the consumer's accepted content types
         if not isinstance(args, list) or not isinstance(kwargs, dict) or not isinstance(embed, dict | None):
             raise ValueError("a task message's body is [args, kwargs, options]")
         properties = message.properties or {}
