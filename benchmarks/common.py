@@ -152,18 +152,20 @@ class Fleet:
 
 
 @contextmanager
-def fleet(roles: dict[str, int], *worker_args: str, env: dict[str, str] | None = None) -> Iterator[Fleet]:
+def fleet(roles: dict[str, int], *worker_args: str, env: dict[str, str] | None = None,
+          root: Path = ROOT) -> Iterator[Fleet]:
     """Worker processes (role → count, each started with ``worker_args``, and ``env`` over the fleet's settings) in
-    a private namespace over a scratch database."""
+    a private namespace over a scratch database, running the code of the checkout at ``root`` (their working
+    directory, which ``python -m`` puts first on their path)."""
     namespace = f"afbench-{uuid.uuid4().hex[:8]}"
     with scratch_database(PG_ADMIN, prefix="agentfleet_bench") as url, \
             tempfile.TemporaryDirectory() as tmp:
         env = {"AGENTFLEET_PROFILE": "distributed", "AGENTFLEET_BROKER_URL": BROKER, "AGENTFLEET_DATABASE_URL": url,
                "AGENTFLEET_REDIS_URL": REDIS, "AGENTFLEET_NAMESPACE": namespace,
                "AGENTFLEET_AGENTS": "benchmarks.agents", "AGENTFLEET_WORKSPACE": tmp,
-               "AGENTFLEET_LOG_LEVEL": "WARNING", "PYTHONPATH": str(ROOT),
+               "AGENTFLEET_LOG_LEVEL": "WARNING", "PYTHONPATH": str(root),
                **{k: v.format(tmp=tmp) for k, v in (env or {}).items()}}
-        workers = WorkerProcesses(env, Path(tmp) / "logs", cwd=ROOT)
+        workers = WorkerProcesses(env, Path(tmp) / "logs", cwd=root)
         engine = make_engine(url)
         try:
             for role, count in roles.items():

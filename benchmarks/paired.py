@@ -12,28 +12,12 @@ Run A against A for the method's own spread.
 
 from __future__ import annotations
 
-import contextlib
 import statistics
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
-import benchmarks.common as common
-from benchmarks.common import ONE_EACH, Fleet, cpu_seconds
-
-
-@contextlib.contextmanager
-def fleet_of(tree: str) -> Iterator[Fleet]:
-    """A fleet whose workers run ``tree``'s code (their working directory and first path entry)."""
-    root = common.ROOT
-    common.ROOT = Path(tree).resolve()  # read by ``fleet`` when it starts the workers
-    try:
-        with common.fleet(ONE_EACH, env={"PYTHONPATH": str(common.ROOT)}) as running:
-            common.ROOT = root
-            yield running
-    finally:
-        common.ROOT = root
+from benchmarks.common import ONE_EACH, Fleet, cpu_seconds, fleet
 
 
 def one_round(running: Fleet, iterations: int) -> tuple[float, float]:
@@ -46,7 +30,7 @@ def one_round(running: Fleet, iterations: int) -> tuple[float, float]:
 
 
 def main(tree_a: str, tree_b: str, rounds: int = 10, iterations: int = 150) -> None:
-    with fleet_of(tree_a) as a, fleet_of(tree_b) as b:
+    with fleet(ONE_EACH, root=Path(tree_a).resolve()) as a, fleet(ONE_EACH, root=Path(tree_b).resolve()) as b:
         fleets = {"A": a, "B": b}
         for running in fleets.values():
             running.run("bench_loop", {"iterations": 20})
