@@ -45,6 +45,7 @@ class Sizes:
     throughput_runs: int = 60
     throughput_iterations: int = 10
     floor_burst: int = 1000
+    throughput_turns: int = 6  # bursts a side at each process count, the fleet's and Celery + commit's alternating
     growth_iterations: int = 200
     growth_turn_chars: int = 4000  # about 1,000 tokens
     long_run_iterations: int = 1000  # one plain run, its first tenth timed against its last (issue 23)
@@ -62,15 +63,15 @@ class Sizes:
     @classmethod
     def quick(cls) -> Sizes:
         return cls(overhead_iterations=40, floor_chains=40, peer_iterations=40, throughput_workers=(1, 2),
-                   throughput_runs=16, throughput_iterations=5, floor_burst=200, growth_iterations=40,
-                   long_run_iterations=200, recovery_kills=3, parked_runs=300, approval_runs=300, profile_iterations=60,
-                   waiting_parents=40, retention_runs=1_000, retention_load=50,
+                   throughput_runs=16, throughput_iterations=5, floor_burst=200, throughput_turns=2,
+                   growth_iterations=40, long_run_iterations=200, recovery_kills=3, parked_runs=300, approval_runs=300,
+                   profile_iterations=60, waiting_parents=40, retention_runs=1_000, retention_load=50,
                    schedule_minutes=1.0, console_runs=10_000)
 
     @classmethod
     def tiny(cls) -> Sizes:
         return cls(overhead_iterations=3, floor_chains=3, peer_iterations=3, throughput_workers=(1,),
-                   throughput_runs=2, throughput_iterations=2, floor_burst=10, growth_iterations=4,
+                   throughput_runs=2, throughput_iterations=2, floor_burst=10, throughput_turns=2, growth_iterations=4,
                    long_run_iterations=20, growth_turn_chars=100, recovery_kills=1, parked_runs=5, approval_runs=4,
                    profile_iterations=60, waiting_parents=4, retention_runs=40, retention_load=4,
                    schedule_minutes=0.1, schedule_every_s=2, console_runs=200)

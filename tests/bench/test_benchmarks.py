@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import statistics
+
 import pytest
 
 from tests.conftest import require
@@ -34,6 +36,10 @@ def test_each_benchmark_suite_runs_on_a_tiny_size(suite: str) -> None:
     if suite == "throughput":
         assert figures["celery_commit_per_hop_3_hop_chains_per_s_1_per_queue"] > 0
         assert figures["agentfleet_over_celery_commit_throughput_1"] > 0
+        # taken in turns with the fleet: a ratio per turn, all of them kept, the figure their median
+        turns = figures["agentfleet_over_celery_commit_turns_1"]
+        assert len(turns) == sizes.throughput_turns > 1
+        assert figures["agentfleet_over_celery_commit_throughput_1"] == round(statistics.median(turns), 2)
         # the whole machine's CPU, split, for both sides (what the split counts: tests/bench/test_machine_cpu.py)
         for name in ("agentfleet_machine_cpu_ms_per_iteration_1_per_role",
                      "celery_commit_machine_cpu_ms_per_chain_1_per_queue"):
