@@ -85,6 +85,7 @@ def on_goal_submitted(step: Step) -> list[Envelope]:
         raise AgentNotLoaded(f"goal for {goal.agent!r} reached a planner that does not load it (or admits its "
                              "input differently)")
     limits = agent.limits.tightened_by(goal.limits)
+    started_here: RunRecord | None = None  # the run as this handling's COMMIT leaves it, when it starts it
     with store.tx() as conn:
         run = store.start_run(
             conn, run_id=step.env.run_id, agent=goal.agent, goal_id=goal.goal_id, trace_id=step.env.trace_id,
@@ -117,9 +118,11 @@ def on_goal_submitted(step: Step) -> list[Envelope]:
                                                                      "behind": turn.run_id})
                     return step.commit(conn, [])  # pending: the end of the run before it gives it its turn
                 started = {"started_at": now()}  # its deadline counts from its turn, not from its wait
-            store.transition(conn, run, RunState.PLANNING, **started)  # we hold the row lock
+            started_here = store.transition(conn, run, RunState.PLANNING, **started)  # we hold the row lock
     carried = [Message.model_validate(m) for m in goal.carried] if run.lineage else []
-    return _plan(step, agent, start, carried, lambda conn, run: run if _planning(start)(run) else None)
+    # Started here, the run is known as this COMMIT left it: the first plan holds it as that instead of reading it.
+    return _plan(step, agent, start, carried, lambda conn, run: run if _planning(start)(run) else None,
+                 known=started_here)
 
 
 def _refuse_copy(step: Step, goal: GoalSubmitted, exc: GoalRejected) -> None:

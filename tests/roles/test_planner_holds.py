@@ -158,6 +158,7 @@ def test_a_run_changed_since_the_planners_last_commit_is_read_and_planned_on_as_
     """The run changed between the observer's move and the planner's handling (a child's spend, no move): the hold
     of the run as the planner took it fails whole, and the planner reads it and goes on from what it is. Nothing
     counted is lost or counted twice, and no step is left held."""
+    from agentfleet.loop.states import RunState
     from agentfleet.loop.transcript import Usage
     from agentfleet.store.runs import Runs
     from tests.fixtures.agents import stepper
@@ -171,9 +172,10 @@ def test_a_run_changed_since_the_planners_last_commit_is_read_and_planned_on_as_
             with fleet.store.tx() as other:
                 fleet.store.add_spend(other, [run.run_id], child)
 
-        with ThreadPoolExecutor(1) as elsewhere:
-            elsewhere.submit(spend).result()
-        spent.append(child)
+        if run.state == RunState.OBSERVING:  # a plan after an observer's move (a new run's first plan holds it too)
+            with ThreadPoolExecutor(1) as elsewhere:
+                elsewhere.submit(spend).result()
+            spent.append(child)
         return original(self, conn, run, hold)
 
     monkeypatch.setattr(Runs, "hold_and_lock", changed_first)
@@ -213,3 +215,57 @@ def test_hostile_turns_of_a_model_asked_first_are_told_back_or_end_the_run_with_
     plans = [s for s in fleet.store.steps(run_id) if s["kind"] == "plan"]
     assert sum(bool(s["output"].get("repair")) for s in plans) == repairs, plans
     assert set(counted.settled().values()) == {1}, counted
+
+
+def test_a_new_runs_first_plan_holds_the_run_as_its_start_left_it(fleet: InProcessFleet,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A goal's handling starts its run (the insert, then the move to PLANNING with the COMMIT: two round trips) and
+    plans its first iteration. The planner knows the run then, as its own commit left it: the plan's first
+    transaction holds the row as that, with the step's lock, in the round trip of its COMMIT, and does not read it
+    first. Four round trips, not five; the run goes on as before, every move said."""
+    counted = count_round_trips(monkeypatch, "planner", "goal.submitted")
+    run_id = fleet.submit({"agent": "single", "input": {}})
+    run = wait_for_run(fleet.store, run_id)
+    assert run.result and run.result["status"] == "succeeded", run.result
+    assert list(counted.settled().values()) == [4], counted
+    plans = [s for s in fleet.store.steps(run_id) if s["kind"] == "plan"]
+    assert [(s["iteration"], s["status"], s["attempts"]) for s in plans] == [(0, "succeeded", 1),
+                                                                              (1, "succeeded", 1)], plans
+    audit = [(a["from_state"], a["to_state"]) for a in fleet.store.audit_trail(run_id)]
+    assert audit == [("PENDING", "PLANNING"), ("PLANNING", "EXECUTING"), ("EXECUTING", "OBSERVING"),
+                     ("OBSERVING", "PLANNING"), ("PLANNING", "SUCCEEDED")], audit
+
+
+def test_a_new_run_moved_before_its_first_plan_is_read_and_planned_as_it_is(
+        fleet: InProcessFleet, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """Between the start's COMMIT and the first plan's transaction the run changed (a spend counted in it, no move):
+    the hold of the run as started fails whole, and the planner reads it and plans on it. Nothing is lost or counted
+    twice, and the step is not left held."""
+    from agentfleet.loop.transcript import Usage
+    from agentfleet.roles import planner
+
+    child = Usage(input_tokens=1000, output_tokens=10, cost_usd=0.25)
+    original, spent = planner._plan, []
+
+    def spend_first(step: Any, agent: Any, iteration: int, *args: Any, **kwargs: Any) -> Any:
+        if iteration == 0 and not spent:
+            with fleet.store.tx() as conn:
+                fleet.store.add_spend(conn, [step.env.run_id], child)
+            spent.append(step.env.run_id)
+        return original(step, agent, iteration, *args, **kwargs)
+
+    monkeypatch.setattr(planner, "_plan", spend_first)
+    caplog.set_level("INFO", logger=planner.__name__)
+    run_id = fleet.submit({"agent": "single", "input": {}})
+    run = wait_for_run(fleet.store, run_id)
+    assert spent == [run_id]
+    assert any(r.getMessage() == "run not as this planner left it: read" and getattr(r, "run_id", None) == run_id
+               for r in caplog.records), "the hold of the run as started failed, and the run was read"
+    assert run.result and run.result["status"] == "succeeded", run.result
+    plans = [s for s in fleet.store.steps(run_id) if s["kind"] == "plan"]
+    assert all(s["status"] == "succeeded" and s["attempts"] == 1 for s in plans), plans
+    assert run.input_tokens >= child.input_tokens and run.cost_usd >= child.cost_usd
+    with fleet.store.engine.connect() as conn:  # no step lock left held by the planner's connections
+        held = conn.execute(text("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND database = "
+                                 "(SELECT oid FROM pg_database WHERE datname = current_database())")).scalar_one()
+    assert held == 0
