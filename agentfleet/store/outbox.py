@@ -23,6 +23,9 @@ MARK_ONCE = Sql("INSERT INTO processed_events (event_id, consumer, outbox, proce
                 json=frozenset({"outbox"}), times=frozenset({"at"}))
 STORED = Sql("SELECT outbox FROM processed_events WHERE event_id = :event_id AND consumer = :consumer",
              result=("json",))
+# Who still waits for a run's Result: read at every run's end (the observer), as a prepared statement.
+OWED = Sql("SELECT id, reply_to, correlation_id FROM run_replies WHERE run_id = :run_id AND delivered_at IS NULL "
+           "ORDER BY id")
 
 
 class Outbox(StoreBase):
@@ -70,13 +73,9 @@ class Outbox(StoreBase):
         )
 
     def pending_replies(self, run_id: str) -> list[tuple[int, str, str]]:
+        """The replies a run's Result still owes: id, reply_to, correlation_id, oldest first."""
         with self.reading() as conn:
-            rows = conn.execute(
-                select(T.run_replies.c.id, T.run_replies.c.reply_to, T.run_replies.c.correlation_id)
-                .where(T.run_replies.c.run_id == run_id, T.run_replies.c.delivered_at.is_(None))
-                .order_by(T.run_replies.c.id)
-            ).all()
-        return [(r.id, r.reply_to, r.correlation_id) for r in rows]
+            return [(int(r[0]), str(r[1]), str(r[2])) for r in execute(conn, OWED, {"run_id": run_id}).rows]
 
     def mark_replied(self, conn: Connection, ids: Sequence[int]) -> None:
         if ids:
