@@ -173,10 +173,10 @@ def _plan(step: Step, agent: Agent, iteration: int, new_messages: list[Message],
     second commits costs one model call: the event is redelivered). The second records the turn and the decision
     (``_decide_and_commit``), holding the run as the first left it (``Step.locked_run``'s ``known``).
 
-    ``known``: the run as this process's planner last left it, moved on as the event says (``RunsLeft``). The first
-    transaction then holds the row as that, and takes the step's lock, in the round trip of its COMMIT instead of
-    reading the row first; a row not as known, or a step held elsewhere, fails it whole, and it runs again on the row
-    read.
+    ``known``: the run as this process's planner last left it: moved on as the event says (``RunsLeft``), or, for a
+    run's first plan, as the COMMIT that started it left it. The first transaction then holds the row as that, and
+    takes the step's lock, in the round trip of its COMMIT instead of reading the row first; a row not as known, or a
+    step held elsewhere, fails it whole, and it runs again on the row read.
 
     With the run known and its transcript too (this process's planner committed both), on a first delivery, for a
     model that says its call is short (``loop/recovery.model_first``), the plan is made first: the model is asked
