@@ -2,11 +2,12 @@
 
 py-spy (from the peers' environment) attaches from outside, so the workers run unmodified.
 Idle threads (waiting on a socket, the broker or the pool) are not sampled: the shares are
-of CPU time. The CPU each process used is read from /proc (py-spy pauses a process to
-sample it, which adds a little). Each role's samples are split three ways: by the package
-whose code was on CPU; by the innermost agentfleet function on the stack (the call site in
-our code that led there, so a psycopg sample under ``Store.step_lock`` counts for
-``step_lock``); and by the function on CPU.
+of CPU time. The CPU each process used is read from /proc, for the sampled run and for the
+same run before it with nothing attached: py-spy pauses a process to sample it, which added a
+little on one machine and twice the fleet's own CPU on another, so both are reported. Each
+role's samples are split three ways: by the package whose code was on CPU; by the innermost
+agentfleet function on the stack (the call site in our code that led there, so a psycopg
+sample under ``Store.step_lock`` counts for ``step_lock``); and by the function on CPU.
 """
 
 from __future__ import annotations
@@ -75,6 +76,11 @@ def run(sizes: Sizes, report: Report) -> None:
     with fleet(ONE_EACH) as f:
         f.run("bench_loop", {"iterations": 5})
         pids = {role: f.pids(role)[0] for role in ONE_EACH}
+        # The same run's CPU with no sampler attached: py-spy's pauses cost the workers' event loops more on some
+        # machines than on others (three times the CPU on one), and the shares below are only worth as much as this.
+        before = sum(cpu_seconds(pid) for pid in pids.values())
+        f.run("bench_loop", {"iterations": sizes.profile_iterations})
+        unsampled_ms = (sum(cpu_seconds(pid) for pid in pids.values()) - before) * 1000 / sizes.profile_iterations
         outputs = {role: f.workspace / f"{role}.pyspy" for role in ONE_EACH}
         spies = [subprocess.Popen([str(spy), "record", "--pid", str(pids[role]), "--gil", "--rate", "250", "--format",
                                    "raw", "--output", str(path), "--duration", "3600"],
@@ -109,6 +115,12 @@ def run(sizes: Sizes, report: Report) -> None:
                    ", ".join(f"{k} {v / total:.0%}" for k, v in by_site.most_common(TOP)))
         report.add(SUITE, f"{role}_cpu_by_function", {k: round(v / total, 3) for k, v in by_leaf.most_common(TOP)},
                    ", ".join(f"{k} {v / total:.0%}" for k, v in by_leaf.most_common(TOP)))
+    sampled = sum(round(cpu[role] * 1000 / sizes.profile_iterations, 2) for role in cpu)  # as reported above
+    unsampled = round(unsampled_ms, 2)
+    report.add(SUITE, "worker_cpu_ms_per_iteration_unsampled", unsampled,
+               f"{unsampled:.2f} ms (the same run with py-spy attached: {sampled:.2f})")
+    report.add(SUITE, "sampled_over_unsampled", round(sampled / unsampled, 2),
+               f"{sampled / unsampled:.2f}× (far above 1: the sampler, not the fleet, spent the difference)")
     report.add(SUITE, "all_roles_cpu_ms_per_iteration_by_call_site",
                {k: round(v, 2) for k, v in fleet_ms.most_common(TOP)},
                ", ".join(f"{k} {v:.2f} ms" for k, v in fleet_ms.most_common(TOP)))

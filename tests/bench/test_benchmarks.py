@@ -76,4 +76,8 @@ def test_each_benchmark_suite_runs_on_a_tiny_size(suite: str) -> None:
         assert figures["ticks_lost"] == figures["ticks_doubled"] == 0 and figures["runs_started"] >= 1
     if suite == "profile":
         assert all(figures[f"{role}_cpu_by_package"] for role in ("planner", "executor", "observer"))
+        # the same run's worker CPU without the sampler beside it, and what attaching it added
+        unsampled = figures["worker_cpu_ms_per_iteration_unsampled"]
+        sampled = sum(figures[f"{role}_cpu_ms_per_iteration"] for role in ("planner", "executor", "observer"))
+        assert unsampled > 0 and figures["sampled_over_unsampled"] == round(sampled / unsampled, 2)
 
