@@ -17,16 +17,15 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks.common import ONE_EACH, Fleet, cpu_seconds, fleet
+from benchmarks.common import ONE_EACH, Fleet, cpu_ms_per_iteration, fleet, role_cpu_s
 
 
 def one_round(running: Fleet, iterations: int) -> tuple[float, float]:
     """Worker CPU and wall, ms an iteration, of one ``bench_loop`` run."""
-    pids = running.pids()
-    cpu, wall = sum(cpu_seconds(p) for p in pids), time.perf_counter()
+    cpu, wall = role_cpu_s(running), time.perf_counter()
     running.run("bench_loop", {"iterations": iterations})
-    return ((sum(cpu_seconds(p) for p in pids) - cpu) * 1000 / iterations,
-            (time.perf_counter() - wall) * 1000 / iterations)
+    wall_ms = (time.perf_counter() - wall) * 1000 / iterations
+    return cpu_ms_per_iteration(cpu, role_cpu_s(running), iterations)["total"], wall_ms
 
 
 def main(tree_a: str, tree_b: str, rounds: int = 10, iterations: int = 150) -> None:

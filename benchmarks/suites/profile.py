@@ -18,7 +18,7 @@ import subprocess
 from collections import Counter
 from pathlib import Path
 
-from benchmarks.common import ONE_EACH, Report, Sizes, cpu_seconds, fleet
+from benchmarks.common import ONE_EACH, Report, Sizes, cpu_ms_per_iteration, cpu_seconds, fleet, role_cpu_s
 from benchmarks.peers import venv_bin
 
 SUITE = "profile"
@@ -78,9 +78,9 @@ def run(sizes: Sizes, report: Report) -> None:
         pids = {role: f.pids(role)[0] for role in ONE_EACH}
         # The same run's CPU with no sampler attached: py-spy's pauses cost the workers' event loops more on some
         # machines than on others (three times the CPU on one), and the shares below are only worth as much as this.
-        before = sum(cpu_seconds(pid) for pid in pids.values())
+        before = role_cpu_s(f)
         f.run("bench_loop", {"iterations": sizes.profile_iterations})
-        unsampled_ms = (sum(cpu_seconds(pid) for pid in pids.values()) - before) * 1000 / sizes.profile_iterations
+        unsampled = cpu_ms_per_iteration(before, role_cpu_s(f), sizes.profile_iterations)["total"]
         outputs = {role: f.workspace / f"{role}.pyspy" for role in ONE_EACH}
         spies = [subprocess.Popen([str(spy), "record", "--pid", str(pids[role]), "--gil", "--rate", "250", "--format",
                                    "raw", "--output", str(path), "--duration", "3600"],
@@ -116,7 +116,6 @@ def run(sizes: Sizes, report: Report) -> None:
         report.add(SUITE, f"{role}_cpu_by_function", {k: round(v / total, 3) for k, v in by_leaf.most_common(TOP)},
                    ", ".join(f"{k} {v / total:.0%}" for k, v in by_leaf.most_common(TOP)))
     sampled = sum(round(cpu[role] * 1000 / sizes.profile_iterations, 2) for role in cpu)  # as reported above
-    unsampled = round(unsampled_ms, 2)
     report.add(SUITE, "worker_cpu_ms_per_iteration_unsampled", unsampled,
                f"{unsampled:.2f} ms (the same run with py-spy attached: {sampled:.2f})")
     report.add(SUITE, "sampled_over_unsampled", round(sampled / unsampled, 2),
