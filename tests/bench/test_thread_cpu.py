@@ -35,6 +35,9 @@ def test_each_threads_cpu_lands_in_its_own_part() -> None:
         ended = threading.Thread(target=_burn, args=(0.25,))  # starts and ends within the stretch
         ended.start()
         ended.join()
+        gone = time.monotonic() + 10  # join() returns before the kernel lets go of the thread: on a busy machine it is
+        while os.path.exists(f"/proc/{pid}/task/{ended.native_id}") and time.monotonic() < gone:  # still listed
+            time.sleep(0.01)
         assert burnt.wait(10)
         got = Threads.of(pid).since(before, pid, 1)
     finally:
