@@ -194,6 +194,7 @@ def test_runs_editing_one_ticket_take_turns_and_runs_on_different_tickets_do_not
     assert any(a[0] < b[1] and b[0] < a[1] for a in spans["A"] for b in spans["B"]), spans  # in parallel
 
 
+@pytest.mark.chaos  # it stops the machine's Redis: no other test may run beside it
 def test_with_redis_stopped_runs_finish_locked_tools_refuse_and_the_gate_returns(
     workers: WorkerProcs, namespace: str, fleet_redis: Any, fleet_seal: Any, tmp_path: Path
 ) -> None:
