@@ -37,11 +37,18 @@ POLYGLOT_TEXT := A goal is published as a message; planner, executor and observe
   spend. This text is long enough that the index of its words does not fit in one tool result.
 
 ## The whole suite: lint, the import contract (the rooms of docs/architecture.md), unit, integration (real
-## RabbitMQ, Postgres, Redis on localhost), chaos.
+## RabbitMQ, Postgres, Redis on localhost), chaos. Chaos tests restart RabbitMQ and Postgres and `alone` tests
+## measure this machine's CPU, so they run first with nothing beside them; the rest run TEST_JOBS at a time, a
+## module to a process (its shared fleet set up once): half the suite's time is spent waiting on services and
+## processes, not computing. Both parts always run; make fails if either did.
+TEST_JOBS ?= 2
 test: install tools
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
-	$(BIN)/python -m pytest -q -ra
+	status=0; \
+	$(BIN)/python -m pytest -q -ra -m "chaos or alone" || status=$$?; \
+	$(BIN)/python -m pytest -q -ra -m "not (chaos or alone)" -n $(TEST_JOBS) --dist loadfile || status=$$?; \
+	exit $$status
 
 ## Tests mirror the package (tests/<room>/); what needs the services is marked, not placed apart.
 unit: install
