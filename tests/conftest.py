@@ -27,10 +27,13 @@ SERVICES = {"rabbitmq": ("127.0.0.1", 5672), "postgres": ("127.0.0.1", 5432), "r
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Chaos tests first, in the order found, then the rest: they restart RabbitMQ and Postgres, which leaves the
-    connections this process pooled before dead (kombu's pool is process-wide), and they are the slowest. When
-    they lived in tests/chaos/ they ran first by name; the tree now mirrors the package, so it is said here."""
-    items.sort(key=lambda item: item.get_closest_marker("chaos") is None)
+    """Chaos tests first, in the order found, then the other integration tests, then the rest. Chaos tests restart
+    RabbitMQ and Postgres, which leaves the connections this process pooled before dead (kombu's pool is
+    process-wide), and they are the slowest. Integration tests before unit tests because `make test` hands out
+    modules two at a time in this order: the slow fleets first, and the quick units fill in at the end, where a
+    slow fleet module would leave one process working alone."""
+    items.sort(key=lambda item: (item.get_closest_marker("chaos") is None,
+                                 item.get_closest_marker("integration") is None))
 
 
 @pytest.fixture(autouse=True)
