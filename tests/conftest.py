@@ -37,6 +37,17 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @pytest.fixture(autouse=True)
+def _by_itself(request: pytest.FixtureRequest) -> None:
+    """Under pytest-xdist (``-n``) another process runs tests beside this one: a chaos test would restart RabbitMQ,
+    Postgres or Redis beneath its tests, and an alone test would count its CPU as this one's. Such a test fails
+    before its body runs, saying how to run it; never skipped. `make test` runs them first, by themselves."""
+    node = request.node
+    if os.environ.get("PYTEST_XDIST_WORKER") and (node.get_closest_marker("chaos") or node.get_closest_marker("alone")):
+        pytest.fail("chaos and alone tests run by themselves, never beside another process: run them without -n, "
+                    "as make test does (-m \"chaos or alone\")", pytrace=False)
+
+
+@pytest.fixture(autouse=True)
 def _fresh_broker_connections_after_chaos(request: pytest.FixtureRequest) -> Iterator[None]:
     """A chaos test restarts RabbitMQ: every connection kombu pooled in this process before it is dead, and the
     pool would hand one out to the next test. Dropped after each chaos test."""
