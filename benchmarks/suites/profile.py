@@ -18,7 +18,7 @@ import subprocess
 from collections import Counter
 from pathlib import Path
 
-from benchmarks.common import ONE_EACH, Report, Sizes, cpu_ms_per_iteration, cpu_seconds, fleet, role_cpu_s
+from benchmarks.common import ONE_EACH, Report, Sizes, cpu_ms_per_iteration, fleet, role_cpu_s
 from benchmarks.peers import venv_bin
 
 SUITE = "profile"
@@ -86,10 +86,10 @@ def run(sizes: Sizes, report: Report) -> None:
                                    "raw", "--output", str(path), "--duration", "3600"],
                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
                  for role, path in outputs.items()]
-        cpu_before = {role: cpu_seconds(pid) for role, pid in pids.items()}
+        before = role_cpu_s(f)
         try:
             f.run("bench_loop", {"iterations": sizes.profile_iterations})
-            cpu = {role: cpu_seconds(pid) - cpu_before[role] for role, pid in pids.items()}
+            cpu_ms = cpu_ms_per_iteration(before, role_cpu_s(f), sizes.profile_iterations)
         finally:
             for p in spies:
                 p.send_signal(signal.SIGINT)
@@ -104,10 +104,10 @@ def run(sizes: Sizes, report: Report) -> None:
         total, by_package, by_site, by_leaf = summarise(raw)
         if not total:
             raise RuntimeError(f"py-spy took no samples of the {role}")
-        ms = cpu[role] * 1000 / sizes.profile_iterations
+        ms = cpu_ms[role]
         for site, n in by_site.items():
             fleet_ms[site] += ms * n / total
-        report.add(SUITE, f"{role}_cpu_ms_per_iteration", round(ms, 2))
+        report.add(SUITE, f"{role}_cpu_ms_per_iteration", ms)
         report.add(SUITE, f"{role}_cpu_by_package", {k: round(v / total, 3) for k, v in by_package.most_common(TOP)},
                    ", ".join(f"{k} {v / total:.0%}" for k, v in by_package.most_common(TOP)))
         report.add(SUITE, f"{role}_cpu_by_agentfleet_call_site",
@@ -115,7 +115,7 @@ def run(sizes: Sizes, report: Report) -> None:
                    ", ".join(f"{k} {v / total:.0%}" for k, v in by_site.most_common(TOP)))
         report.add(SUITE, f"{role}_cpu_by_function", {k: round(v / total, 3) for k, v in by_leaf.most_common(TOP)},
                    ", ".join(f"{k} {v / total:.0%}" for k, v in by_leaf.most_common(TOP)))
-    sampled = sum(round(cpu[role] * 1000 / sizes.profile_iterations, 2) for role in cpu)  # as reported above
+    sampled = cpu_ms["total"]
     report.add(SUITE, "worker_cpu_ms_per_iteration_unsampled", unsampled,
                f"{unsampled:.2f} ms (the same run with py-spy attached: {sampled:.2f})")
     report.add(SUITE, "sampled_over_unsampled", round(sampled / unsampled, 2),
