@@ -163,23 +163,29 @@ def on_run_ended(step: Step) -> list[Envelope]:
                                            "parent_run_id": parent_run_id, "parent_call_id": parent_call_id,
                                            "lineage": ended.lineage})
         publisher.publish_public(notice.type, notice.model_dump(mode="json"), step.env.run_id)
+    agent = step.rt.agent(result.agent or "")
+    # Only a run of an agent that delegates can have children, and only a delegated run has a parent to answer (its
+    # goal id says so): any other run's end costs no query here.
+    may_have_children = agent is None or bool(agent.delegates)
+    delegated = parent_of(result.goal_id) is not None
+    stopped = stopped_early(result)
+    related = not ended.redelivery and (may_have_children or delegated or stopped)
+    threaded = ended.thread_id is not None and not ended.redelivery
+    if not (pending or related or threaded):
+        # Nothing to write, so no dedupe mark either: it would guard nothing (a second delivery publishes the notice
+        # before it could find the mark, and finds no reply owed). One round trip, the replies owed read.
+        return []
     with store.tx() as conn:
         store.mark_replied(conn, [p[0] for p in pending])
         events: list[Envelope] = []
-        agent = step.rt.agent(result.agent or "")
-        # Only a run of an agent that delegates can have children, and only a delegated run has a parent to
-        # answer (its goal id says so): any other run's end costs no query here.
-        may_have_children = agent is None or bool(agent.delegates)
-        delegated = parent_of(result.goal_id) is not None
-        stopped = stopped_early(result)
-        run = (store.get_run(step.env.run_id, conn)
-               if not ended.redelivery and (may_have_children or delegated or stopped) else None)
+        run = store.get_run(step.env.run_id, conn) if related else None
         if run is not None:  # a delegated run answers its parent's call; a run that ended stops its children
             why = f"{result.status} {result.error_code or ''}".strip()
             events = [*delegation.answer_parent(step, run, result),
                       *(delegation.cancel_children(step, conn, run, why) if may_have_children else []),
                       *(cancel_triggered(step, conn, run, why) if stopped else [])]
-        if ended.thread_id is not None and not ended.redelivery:  # the thread's next run gets its turn
+        if threaded:  # the thread's next run gets its turn
+            assert ended.thread_id is not None
             events += threads.next_turn(step, conn, ended.thread_id)
         return step.commit(conn, events)
 

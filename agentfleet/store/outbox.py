@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Connection, select, update
+from sqlalchemy import Connection, select
 
 from agentfleet.store import tables as T
 from agentfleet.store.base import StoreBase
@@ -26,6 +26,8 @@ STORED = Sql("SELECT outbox FROM processed_events WHERE event_id = :event_id AND
 # Who still waits for a run's Result: read at every run's end (the observer), as a prepared statement.
 OWED = Sql("SELECT id, reply_to, correlation_id FROM run_replies WHERE run_id = :run_id AND delivered_at IS NULL "
            "ORDER BY id")
+# A reply sent: deferred to the end's COMMIT, one statement a reply (a run's end owes one or two).
+REPLIED = Sql("UPDATE run_replies SET delivered_at = :at WHERE id = :id", times=frozenset({"at"}))
 
 
 class Outbox(StoreBase):
@@ -78,5 +80,7 @@ class Outbox(StoreBase):
             return [(int(r[0]), str(r[1]), str(r[2])) for r in execute(conn, OWED, {"run_id": run_id}).rows]
 
     def mark_replied(self, conn: Connection, ids: Sequence[int]) -> None:
-        if ids:
-            conn.execute(update(T.run_replies).where(T.run_replies.c.id.in_(list(ids))).values(delivered_at=now()))
+        """The replies ``ids`` sent, with the transaction's next round trip (its COMMIT)."""
+        at = now()
+        for reply_id in ids:
+            defer(conn, REPLIED, {"id": reply_id, "at": at})
