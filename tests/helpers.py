@@ -254,20 +254,25 @@ def call_ctx(workspace: Path, call_id: str = "c") -> Any:
 
 
 class RoundTrips(dict[str, int]):
-    """Round trips by event id (``count_round_trips``), and the handlings counted that have not ended yet."""
+    """Round trips by event id (``count_round_trips``), and the handlings counted that have not ended yet; ``sent``:
+    each round trip's statements, in order, by event id."""
 
     def __init__(self) -> None:
         super().__init__()
         self.running = 0
+        self.ended = 0
         self.changed = threading.Condition()
+        self.sent: dict[str, list[list[str]]] = {}
 
-    def settled(self, timeout: float = 20.0) -> dict[str, int]:
-        """The counts once no counted handling is still running. A run's result is seen as its last handling
-        commits, and that handling may make a round trip after the COMMIT (a step lock let go): read before it ends,
-        the count would be one short."""
+    def settled(self, timeout: float = 20.0, *, handlings: int = 0) -> dict[str, int]:
+        """The counts once no counted handling is still running, and at least ``handlings`` have ended. A run's
+        result is seen as its last handling commits, and that handling may make a round trip after the COMMIT (a step
+        lock let go): read before it ends, the count would be one short. A handling after the run's end (the
+        observer's of ``run.completed``) may not have begun yet: ``handlings`` waits for it."""
         with self.changed:
-            if not self.changed.wait_for(lambda: self.running == 0, timeout):
-                raise AssertionError(f"{self.running} handling(s) still running after {timeout}s")
+            if not self.changed.wait_for(lambda: self.running == 0 and self.ended >= handlings, timeout):
+                raise AssertionError(f"{self.running} handling(s) still running, {self.ended} of {handlings} ended, "
+                                     f"after {timeout}s")
             return dict(self)
 
 
@@ -285,6 +290,8 @@ def count_round_trips(monkeypatch: pytest.MonkeyPatch, role: str, *event_types: 
         if current is not None and current.role == role and current.event_type in event_types:
             with counted.changed:
                 counted[current.event_id] = counted.get(current.event_id, 0) + 1
+                counted.sent.setdefault(current.event_id, []).append([" ".join(str(s[0]).split())
+                                                                      for s in statements])
         return round_trip(conn, dbapi, statements, rows)
 
     @contextmanager
@@ -300,6 +307,7 @@ def count_round_trips(monkeypatch: pytest.MonkeyPatch, role: str, *event_types: 
             if mine:
                 with counted.changed:
                     counted.running -= 1
+                    counted.ended += 1
                     counted.changed.notify_all()
 
     monkeypatch.setattr(sql, "_round_trip", counting)
