@@ -119,6 +119,10 @@ def on_goal_submitted(step: Step) -> list[Envelope]:
                     return step.commit(conn, [])  # pending: the end of the run before it gives it its turn
                 started = {"started_at": now()}  # its deadline counts from its turn, not from its wait
             started_here = store.transition(conn, run, RunState.PLANNING, **started)  # we hold the row lock
+            # The handling goes on to plan: the goal's message is acked only after the plan's COMMIT, which waits for
+            # the disk and takes this one with it (one WAL). A crash of the database before then loses a start that
+            # the goal, delivered again, makes again.
+            store.relax(conn)
     carried = [Message.model_validate(m) for m in goal.carried] if run.lineage else []
     # Started here, the run is known as this COMMIT left it: the first plan holds it as that instead of reading it.
     return _plan(step, agent, start, carried, lambda conn, run: run if _planning(start)(run) else None,

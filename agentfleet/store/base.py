@@ -275,8 +275,9 @@ class StoreBase:
         """This transaction's commit need not wait for the disk (Postgres; any time before it commits).
 
         Only for writes whose loss in a database crash repeats work and loses nothing else (an intent before a
-        model call or a repeatable tool call): a later durable commit flushes them anyway (the WAL is one
-        sequence), and the message that caused them is not acked before one.
+        model call or a repeatable tool call, a run's start that its handling goes on to plan): a later durable
+        commit flushes them anyway (the WAL is one sequence), and the message that caused them is not acked before
+        one.
         """
         if self.dialect == POSTGRES:
             defer_script(conn, NOT_DURABLE)

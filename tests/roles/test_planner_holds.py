@@ -4,6 +4,7 @@ health) must not hold the run's row, so a cancel, the sweeper or an approval ans
 from __future__ import annotations
 
 import threading
+import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -14,6 +15,7 @@ from sqlalchemy.exc import OperationalError
 
 from agentfleet.config.settings import get_settings
 from agentfleet.fleet.dispatch import ToolDispatch
+from agentfleet.store.base import NOT_DURABLE
 from agentfleet.workers.embedded import InProcessFleet
 from tests.helpers import count_round_trips, wait_for_run
 
@@ -234,6 +236,34 @@ def test_a_new_runs_first_plan_holds_the_run_as_its_start_left_it(fleet: InProce
     audit = [(a["from_state"], a["to_state"]) for a in fleet.store.audit_trail(run_id)]
     assert audit == [("PENDING", "PLANNING"), ("PLANNING", "EXECUTING"), ("EXECUTING", "OBSERVING"),
                      ("OBSERVING", "PLANNING"), ("PLANNING", "SUCCEEDED")], audit
+
+
+def test_a_new_runs_start_waits_for_the_disk_only_where_its_handling_ends(fleet: InProcessFleet,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """A goal's handling that goes on to plan commits the run's start without waiting for the disk: the goal's message
+    is acked only after the plan's COMMIT, which waits, and the WAL being one sequence, takes the start to the disk with
+    it; a database crash before it loses a start that the goal, delivered again, makes again (``Store.relax``). A
+    handling that ends with the start (its run waits for its thread's turn) waits for the disk, as does every plan's
+    last COMMIT."""
+    counted = count_round_trips(monkeypatch, "planner", "goal.submitted")
+    thread = f"t-{uuid.uuid4().hex[:8]}"
+    first = fleet.submit({"agent": "turn_taker", "input": {"n": 0}, "thread_id": thread})
+    second = fleet.submit({"agent": "turn_taker", "input": {"n": 1}, "thread_id": thread})
+    for run_id in (first, second):
+        run = wait_for_run(fleet.store, run_id)
+        assert run.result and run.result["status"] == "succeeded", run.result
+    counted.settled(handlings=3)
+    handlings = list(counted.sent.values())  # in the order handled: the first goal, the second's wait, its turn
+    assert len(handlings) == 3, handlings
+
+    def relaxed(trip: list[str]) -> bool:
+        return NOT_DURABLE in trip
+
+    started, waited, turn = handlings
+    assert [relaxed(t) for t in started] == [False, True, True, False], started  # insert; start, intent; the plan
+    assert started[-1][-1] == "COMMIT" and started[1][-1] == "COMMIT"
+    assert [relaxed(t) for t in waited] == [False, False], waited  # ends with the start: durable
+    assert not relaxed(turn[-1]), turn
 
 
 def test_a_new_run_moved_before_its_first_plan_is_read_and_planned_as_it_is(
