@@ -96,3 +96,33 @@ def test_an_outcome_known_when_the_database_went_away_is_committed_when_it_retur
     assert result["output"]["seen"] == [{"ok": True, "output": {"written": "once"}}]
     assert len(next(tmp_path.glob("ledger-*.txt")).read_text().splitlines()) == 1
     assert len(next(tmp_path.glob("started-*.txt")).read_text().splitlines()) == 1
+
+
+def test_a_run_started_without_waiting_for_the_disk_outlives_a_crash_before_its_first_plan_commits(
+    workers: WorkerProcs, namespace: str, tmp_path: Path
+) -> None:
+    """A goal's handling commits the run's start without waiting for the disk and then asks the model (issue 23).
+    Postgres crashes (an immediate stop: what was not yet written is lost) while the model answers: the plan's commit
+    fails, the turn rides in the retried message, and the goal's handling starts the run again if the crash took the
+    start with it. One run, one Result, the model asked once."""
+    assert shutil.which("pg_ctlcluster")
+    for role in C.ROLES:
+        workers.start(role)
+    workers.wait_ready()
+    client = AmqpClient()
+    corr = client.publish_goal(namespace, "goal.slow_starter", {"agent": "slow_starter", "input": {}})
+    asked = tmp_path / "model-asked.txt"
+    deadline = time.monotonic() + 60
+    while not asked.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert asked.exists(), workers.logs()[-4000:]
+    _pg_ctl("stop", "-m", "immediate")
+    try:
+        (tmp_path / "release").touch()  # the turn is made into the outage: its commit cannot go
+        _until_retried(workers, 2)
+    finally:
+        _pg_ctl("start")
+    result = client.replies(1, timeout=120).get(corr)
+    client.close()
+    assert result is not None and result["status"] == "succeeded", workers.logs()[-4000:]
+    assert asked.read_text().splitlines() == [result["run_id"]], "the model was asked once"
