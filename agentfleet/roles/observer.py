@@ -147,7 +147,9 @@ def on_cancel_requested(step: Step) -> list[Envelope]:
 
 
 def on_run_ended(step: Step) -> list[Envelope]:
-    """Deliver the Result: to every reply_to that asked for it, and to the public exchange."""
+    """Deliver the Result: to every reply_to that asked for it, and to the public exchange. The replies sent are
+    marked so with the handling's commit, which also answers a parent, stops children and gives a thread's next run its
+    turn; an end with none of these to do writes nothing."""
     ended = step.body()
     assert isinstance(ended, RunEnded)
     store, publisher = step.rt.store, step.rt.publisher
@@ -170,8 +172,8 @@ def on_run_ended(step: Step) -> list[Envelope]:
     delegated = parent_of(result.goal_id) is not None
     stopped = stopped_early(result)
     related = not ended.redelivery and (may_have_children or delegated or stopped)
-    threaded = ended.thread_id is not None and not ended.redelivery
-    if not (pending or related or threaded):
+    thread_id = None if ended.redelivery else ended.thread_id  # its next run gets its turn
+    if not pending and not related and thread_id is None:
         # Nothing to write, so no dedupe mark either: it would guard nothing (a second delivery publishes the notice
         # before it could find the mark, and finds no reply owed). One round trip, the replies owed read.
         return []
@@ -184,9 +186,8 @@ def on_run_ended(step: Step) -> list[Envelope]:
             events = [*delegation.answer_parent(step, run, result),
                       *(delegation.cancel_children(step, conn, run, why) if may_have_children else []),
                       *(cancel_triggered(step, conn, run, why) if stopped else [])]
-        if threaded:  # the thread's next run gets its turn
-            assert ended.thread_id is not None
-            events += threads.next_turn(step, conn, ended.thread_id)
+        if thread_id is not None:
+            events += threads.next_turn(step, conn, thread_id)
         return step.commit(conn, events)
 
 
