@@ -40,15 +40,21 @@ def step_held(store: Store, key: str) -> Iterator[None]:
             holder.commit()
 
 
-def tool_started(workspace: Path, timeout: float = 30.0) -> Path:
-    """The marker ``slow_append`` writes as it enters its call: from then on the call is in flight."""
+def appears(workspace: Path, pattern: str, timeout: float = 30.0) -> Path:
+    """The first file in ``workspace`` matching ``pattern``, once one is there: what a fixture agent or tool notes
+    as it reaches a point the test waits for."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        marker = next(iter(workspace.glob("started-*.txt")), None)
+        marker = next(iter(workspace.glob(pattern)), None)
         if marker is not None:
             return marker
-        time.sleep(0.05)
-    raise TimeoutError(f"no tool call started within {timeout}s")
+        time.sleep(0.02)
+    raise TimeoutError(f"no {pattern} in {workspace} within {timeout}s")
+
+
+def tool_started(workspace: Path, timeout: float = 30.0) -> Path:
+    """The marker ``slow_append`` writes as it enters its call: from then on the call is in flight."""
+    return appears(workspace, "started-*.txt", timeout)
 
 
 @contextmanager

@@ -13,7 +13,7 @@ import pytest
 
 from agentfleet import constants as C
 from tests.conftest import WorkerProcs
-from tests.helpers import AmqpClient, tool_started
+from tests.helpers import AmqpClient, appears, tool_started
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]
 
@@ -47,6 +47,16 @@ def _until_retried(workers: WorkerProcs, times: int, timeout_s: float = 60.0) ->
     raise AssertionError(f"no step was retried {times} times in {timeout_s:g} s:\n{workers.logs()[-4000:]}")
 
 
+def _fleet_given_one_goal(workers: WorkerProcs, namespace: str, agent: str) -> tuple[AmqpClient, str]:
+    """Every role started and ready, then one goal for ``agent`` published: the client and its correlation id."""
+    assert shutil.which("pg_ctlcluster")
+    for role in C.ROLES:
+        workers.start(role)
+    workers.wait_ready()
+    client = AmqpClient()
+    return client, client.publish_goal(namespace, f"goal.{agent}", {"agent": agent, "input": {}})
+
+
 def test_runs_in_flight_ride_out_a_database_outage(workers: WorkerProcs, namespace: str, tmp_path: Path) -> None:
     assert shutil.which("pg_ctlcluster"), "this test stops and starts the local Postgres"
     for role in C.ROLES:
@@ -78,12 +88,7 @@ def test_an_outcome_known_when_the_database_went_away_is_committed_when_it_retur
 ) -> None:
     """The tool finished while Postgres was down: its result rides in the retried message, so the model gets
     the real outcome, not UNKNOWN_OUTCOME, and the tool is not run again."""
-    assert shutil.which("pg_ctlcluster")
-    for role in C.ROLES:
-        workers.start(role)
-    workers.wait_ready()
-    client = AmqpClient()
-    corr = client.publish_goal(namespace, "goal.slow_side_effect", {"agent": "slow_side_effect", "input": {}})
+    client, corr = _fleet_given_one_goal(workers, namespace, "slow_side_effect")
     tool_started(tmp_path)
     _pg_ctl("stop", "-m", "immediate")  # the tool sleeps 4 s, then writes and returns: into the outage
     try:
@@ -105,17 +110,8 @@ def test_a_run_started_without_waiting_for_the_disk_outlives_a_crash_before_its_
     Postgres crashes (an immediate stop: what was not yet written is lost) while the model answers: the plan's commit
     fails, the turn rides in the retried message, and the goal's handling starts the run again if the crash took the
     start with it. One run, one Result, the model asked once."""
-    assert shutil.which("pg_ctlcluster")
-    for role in C.ROLES:
-        workers.start(role)
-    workers.wait_ready()
-    client = AmqpClient()
-    corr = client.publish_goal(namespace, "goal.slow_starter", {"agent": "slow_starter", "input": {}})
-    asked = tmp_path / "model-asked.txt"
-    deadline = time.monotonic() + 60
-    while not asked.exists() and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert asked.exists(), workers.logs()[-4000:]
+    client, corr = _fleet_given_one_goal(workers, namespace, "slow_starter")
+    asked = appears(tmp_path, "model-asked.txt", timeout=60)
     _pg_ctl("stop", "-m", "immediate")
     try:
         (tmp_path / "release").touch()  # the turn is made into the outage: its commit cannot go
