@@ -48,7 +48,8 @@ class Sizes:
     throughput_turns: int = 6  # bursts a side at each process count, the fleet's and Celery + commit's alternating
     growth_iterations: int = 200
     growth_turn_chars: int = 4000  # about 1,000 tokens
-    long_run_iterations: int = 1000  # one plain run, its first tenth timed against its last (issue 23)
+    long_run_iterations: int = 1000  # a plain run's first tenth timed against its last (issue 23)
+    long_runs: int = 3  # so many such runs, their tenths pooled: one run's ratio is the VM's noise (suites/growth.py)
     recovery_kills: int = 20
     parked_runs: int = 10_000
     approval_runs: int = 1_000
@@ -64,7 +65,8 @@ class Sizes:
     def quick(cls) -> Sizes:
         return cls(overhead_iterations=40, floor_chains=40, peer_iterations=40, throughput_workers=(1, 2),
                    throughput_runs=16, throughput_iterations=5, floor_burst=200, throughput_turns=2,
-                   growth_iterations=40, long_run_iterations=200, recovery_kills=3, parked_runs=300, approval_runs=300,
+                   growth_iterations=40, long_run_iterations=200, long_runs=2, recovery_kills=3, parked_runs=300,
+                   approval_runs=300,
                    profile_iterations=60, waiting_parents=40, retention_runs=1_000, retention_load=50,
                    schedule_minutes=1.0, console_runs=10_000)
 
@@ -72,7 +74,8 @@ class Sizes:
     def tiny(cls) -> Sizes:
         return cls(overhead_iterations=3, floor_chains=3, peer_iterations=3, throughput_workers=(1,),
                    throughput_runs=2, throughput_iterations=2, floor_burst=10, throughput_turns=2, growth_iterations=4,
-                   long_run_iterations=20, growth_turn_chars=100, recovery_kills=1, parked_runs=5, approval_runs=4,
+                   long_run_iterations=100, long_runs=2, growth_turn_chars=100, recovery_kills=1, parked_runs=5,
+                   approval_runs=4,
                    profile_iterations=60, waiting_parents=4, retention_runs=40, retention_load=4,
                    schedule_minutes=0.1, schedule_every_s=2, console_runs=200)
 
@@ -304,6 +307,11 @@ def _busy_ticks() -> int:
     kernel)."""
     ticks = [int(v) for v in Path("/proc/stat").read_text().split(maxsplit=9)[1:9]]  # user … steal
     return sum(ticks) - ticks[3] - ticks[4]  # less idle and iowait
+
+
+def busy_cpu_s() -> float:
+    """CPU seconds the whole machine has spent not idle so far (``_busy_ticks``)."""
+    return _busy_ticks() / os.sysconf("SC_CLK_TCK")
 
 
 @dataclass(frozen=True)
