@@ -70,11 +70,11 @@ def test_an_event_is_marked_processed_once_with_its_outbox(store: Store) -> None
 
 def test_an_outbox_encoded_in_one_pass_reads_back_as_its_events_did_and_text_utf8_cannot_carry_still_does(
         store: Store) -> None:
-    """A handling's outbox is written by pydantic's serializer in one pass (``envelopes_json``), not as ``wire`` dicts
+    """A handling's outbox is written by pydantic's serializer in one pass (``outbox_json``), not as ``wire`` dicts
     through the json module: what is read back, and redelivered from, must be the same events either way, text
     outside ASCII included; a lone surrogate, which UTF-8 cannot carry, takes the json module's way still."""
     from agentfleet.events.contracts import Result, ResultStatus
-    from agentfleet.events.envelope import Envelope, EventType, RunEnded, decode, envelopes_json
+    from agentfleet.events.envelope import Envelope, EventType, RunEnded, decode, outbox_json
     from agentfleet.store.sql import Json
 
     def ended(message: str) -> Envelope:
@@ -82,7 +82,7 @@ def test_an_outbox_encoded_in_one_pass_reads_back_as_its_events_did_and_text_utf
         return Envelope.new(EventType.RUN_FAILED, "r", RunEnded(result=result.model_dump(mode="json")), trace_id="t")
 
     events = [ended("naïve 名前 \u2028 \"quoted\""), ended("second")]
-    encoded = envelopes_json(events)
+    encoded = outbox_json(events)
     assert isinstance(encoded, str)
     with store.tx() as conn:
         assert store.mark_processed(conn, "e-json", "planner", Json(encoded))
@@ -90,8 +90,8 @@ def test_an_outbox_encoded_in_one_pass_reads_back_as_its_events_did_and_text_utf
     assert stored == [e.wire() for e in events]
     assert [decode(e) for e in stored or []] == events
     lone = [ended("half a pair: \ud800")]
-    assert envelopes_json(lone) is None  # the handling stores ``wire`` dicts, as before
-    assert envelopes_json([]) == "[]"
+    assert outbox_json(lone) is None  # the handling stores ``wire`` dicts, as before
+    assert outbox_json([]) == "[]"
 
 
 def test_reply_targets_are_kept_once_and_marked_delivered(store: Store) -> None:
