@@ -322,11 +322,8 @@ PAYLOADS: dict[EventType, type[BaseModel]] = {
 
 # The payload fields that only route an event to the process holding its run and tell that process how the run was
 # left (``Topology.route``, ``RunsLeft``): a receiver without them reads the run. A stored outbox leaves them out
-# (``stored_form``).
+# (``stored_form``). By event type, as each payload model declares them.
 _HINTS = frozenset({"run_left", "planner", "observer"})
 ROUTING_HINTS: dict[EventType, frozenset[str]] = {
-    EventType.TOOL_REQUESTED: _HINTS,
-    EventType.TOOL_COMPLETED: _HINTS,
-    EventType.TOOL_FAILED: _HINTS,
-    EventType.OBSERVATION_RECORDED: frozenset({"planner", "observer"}),
+    type_: hints for type_, model in PAYLOADS.items() if (hints := _HINTS & model.model_fields.keys())
 }
