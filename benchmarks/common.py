@@ -26,6 +26,7 @@ from agentfleet.ops.client import FleetClient
 from agentfleet.ops.progress import wait_for_end
 from agentfleet.store import Store, make_engine
 from agentfleet.store.db import scratch_database
+from agentfleet.store.records import RunRecord
 from agentfleet.workers.processes import WorkerProcesses
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -105,11 +106,16 @@ def percentile(samples: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
+def tenths(samples: list[float]) -> tuple[list[float], list[float]]:
+    """A run's samples in its first tenth and in its last (at least one each)."""
+    tenth = max(1, len(samples) // 10)
+    return samples[:tenth], samples[-tenth:]
+
+
 def first_last_tenth_ms(samples: list[float]) -> list[float]:
     """The median of a run's first tenth and of its last (issue 23: a step late in a run costs what an early one
     does), rounded first, so that a ratio of the two is the one of the figures shown."""
-    tenth = max(1, len(samples) // 10)
-    return [round(statistics.median(samples[:tenth]), 2), round(statistics.median(samples[-tenth:]), 2)]
+    return [round(statistics.median(part), 2) for part in tenths(samples)]
 
 
 @dataclass
@@ -136,13 +142,16 @@ class Fleet:
                 client.publish_goal(body)
             return [client.run_id(b) for b in bodies]
 
-    def run(self, agent: str, goal_input: dict[str, Any], timeout: float = 600) -> str:
+    def run(self, agent: str, goal_input: dict[str, Any], timeout: float = 600,
+            on_poll: Callable[[RunRecord | None], None] | None = None) -> str:
         (run_id,) = self.submit(agent, [goal_input])
-        self.wait(run_id, timeout)
+        self.wait(run_id, timeout, on_poll)
         return run_id
 
-    def wait(self, run_id: str, timeout: float = 600) -> None:
-        if wait_for_end(self.store, run_id, timeout_s=timeout) is None:
+    def wait(self, run_id: str, timeout: float = 600,
+             on_poll: Callable[[RunRecord | None], None] | None = None) -> None:
+        """Until the run has ended; ``on_poll`` is given its record at every poll (``wait_for_end``)."""
+        if wait_for_end(self.store, run_id, timeout_s=timeout, on_poll=on_poll) is None:
             raise TimeoutError(f"run {run_id} did not finish; logs in {self.workers.logdir}")
 
     def count(self, sql: str, **params: Any) -> int:

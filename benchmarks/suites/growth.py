@@ -13,10 +13,9 @@ import statistics
 
 from sqlalchemy import text
 
-from agentfleet.ops.progress import wait_for_end
 from agentfleet.store import Store
 from agentfleet.store.records import RunRecord
-from benchmarks.common import ONE_EACH, Fleet, Report, Sizes, busy_cpu_s, first_last_tenth_ms, fleet, role_cpu_s
+from benchmarks.common import ONE_EACH, Fleet, Report, Sizes, busy_cpu_s, first_last_tenth_ms, fleet, role_cpu_s, tenths
 from benchmarks.suites.overhead import iteration_times_ms
 
 SUITE = "growth"
@@ -54,10 +53,8 @@ def run(sizes: Sizes, report: Report) -> None:
     report.add(SUITE, "stored_over_transcript", round(stored / transcript, 2), f"{stored / transcript:.2f}×")
     report.add(SUITE, "long_run_iterations", sizes.long_run_iterations)
     report.add(SUITE, "long_runs", len(long_runs))
-    tenths = [first_last_tenth_ms(times) for times, _ in long_runs]
-    each = [round(late / early, 2) for early, late in tenths]
-    early = round(statistics.median([t for times, _ in long_runs for t in _tenth(times, first=True)]), 2)
-    late = round(statistics.median([t for times, _ in long_runs for t in _tenth(times, first=False)]), 2)
+    each = [round(late / early, 2) for early, late in (first_last_tenth_ms(times) for times, _ in long_runs)]
+    early, late = (round(statistics.median([t for times, _ in long_runs for t in tenths(times)[k]]), 2) for k in (0, 1))
     report.add(SUITE, "long_run_first_last_10pct_median_ms", [early, late])
     report.add(SUITE, "long_run_last_over_first", round(late / early, 3),
                f"{late / early:.2f} (flat = 1.00; the runs' tenths pooled; each run's: {', '.join(map(str, each))})")
@@ -91,9 +88,7 @@ def _long_run(f: Fleet, iterations: int) -> tuple[list[float], tuple[CpuWindow, 
         if run is not None and run.result is None:  # live, or ended with its Result still to come: not its end
             polls.append((run.iteration, sum(role_cpu_s(f).values()), busy_cpu_s()))
 
-    (run_id,) = f.submit("bench_loop", [{"iterations": iterations + 1}])
-    if wait_for_end(f.store, run_id, timeout_s=600, on_poll=poll) is None:
-        raise TimeoutError(f"run {run_id} did not finish; logs in {f.workers.logdir}")
+    run_id = f.run("bench_loop", {"iterations": iterations + 1}, on_poll=poll)
     tenth = max(1, iterations // 10)
     live = [p for p in polls if 1 <= p[0] <= iterations]  # not its start, nor its final answer
     if len({p[0] for p in live}) < 2:
@@ -102,17 +97,15 @@ def _long_run(f: Fleet, iterations: int) -> tuple[list[float], tuple[CpuWindow, 
 
 
 def _window(polls: list[Poll], edge: Poll, span: int) -> CpuWindow:
-    """The CPU between the poll ``edge`` and the first poll at least ``span`` iterations from it (after it, or before;
-    the farthest one when none is that far)."""
-    beyond = [p for p in polls if (p[0] - edge[0]) * span >= span * span]
-    other = min(beyond, key=lambda p: abs(p[0] - edge[0])) if beyond else max(polls, key=lambda p: abs(p[0] - edge[0]))
+    """The CPU between the poll ``edge`` and the first poll ``span`` iterations or more from it (after it when
+    ``span`` is positive, before it when negative; the farthest poll when none is that far)."""
+    def away(p: Poll) -> int:  # iterations from the edge, in the window's direction
+        return (p[0] - edge[0]) if span > 0 else (edge[0] - p[0])
+
+    far = [p for p in polls if away(p) >= abs(span)]
+    other = min(far, key=away) if far else max(polls, key=away)
     (a_i, a_workers, a_machine), (b_i, b_workers, b_machine) = sorted([edge, other])
     return b_workers - a_workers, b_machine - a_machine, b_i - a_i
-
-
-def _tenth(samples: list[float], *, first: bool) -> list[float]:
-    tenth = max(1, len(samples) // 10)
-    return samples[:tenth] if first else samples[-tenth:]
 
 
 def _turns_folded_last(store: Store, run_id: str) -> int:
