@@ -38,6 +38,9 @@ DOMAIN_ROUTING_PREFIX: Final = "domain."  # domain events, plain JSON: in on the
 # The header an event carries to the process that holds its run (``<ns>.affinity`` matches on it): that process's token.
 # Not ``x-``: RabbitMQ's headers exchange leaves those out of its match.
 HEADER_AFFINITY: Final = "agentfleet-affinity"
+# The header of an event's copy sent again from a stored outbox (a duplicate delivery's, the sweeper's): its first copy
+# may have crashed a worker, so the receiver counts this one as redelivered (``workers.event_task.was_redelivered``).
+HEADER_RESENT: Final = "agentfleet-resent"
 
 # Message headers we add to dead letters.
 HEADER_DEAD_REASON: Final = "x-agentfleet-reason"

@@ -163,9 +163,9 @@ class Publisher:
         """Let go of the connections of the producers it kept (``KeptProducers.close``)."""
         self.producers.close()
 
-    def publish(self, envelopes: Iterable[Envelope]) -> None:
+    def publish(self, envelopes: Iterable[Envelope], *, resent: bool = False) -> None:
         """Send internal events as Celery task messages on one pooled producer; every one is confirmed by the
-        broker before this returns.
+        broker before this returns. ``resent``: copies sent again from a stored outbox, marked so (``HEADER_RESENT``).
 
         The message is Celery's own (protocol 2, built by ``app.amqp.as_task_v2`` as ``send_task`` builds it, so a
         worker, Flower and ``celery inspect`` see the task they always did), built once per event and published
@@ -190,6 +190,8 @@ class Publisher:
             exchange, routing_key, routing_headers = self.topology.route(name, env.payload)
             headers = {k: v for k, v in task.headers.items() if UNSAID_HEADERS.get(k, _UNSET) != v}
             headers.update(routing_headers)
+            if resent:
+                headers[C.HEADER_RESENT] = 1
             messages.append((task_body(env), dict(exchange=exchange, routing_key=routing_key,
                                                   headers=headers, content_type="application/json",
                                                   content_encoding="utf-8", delivery_mode=PERSISTENT,

@@ -118,4 +118,4 @@ def _act(rt: Runtime, run: RunRecord, plan: Redrive) -> None:
                 # Stored like any step's outbox, so a lost publish is found and sent by the next sweep.
                 store.mark_processed(conn, f"sweep/{run.run_id}/expire", SWEEPER, [e.wire() for e in events],
                                      run_id=run.run_id)
-    rt.publisher.publish(events)
+    rt.publisher.publish(events, resent=plan.action == Action.REPUBLISH)  # a stored outbox's events, sent again

@@ -17,6 +17,7 @@ from typing import Any
 
 from celery import Celery, Task
 
+from agentfleet import constants as C
 from agentfleet.errors import RECOVERY_SUGGESTIONS, AgentfleetError, ErrorCode, MalformedEvent
 from agentfleet.events.contracts import Result, ResultStatus
 from agentfleet.events.envelope import Envelope, EventType, GoalSubmitted, decode
@@ -48,10 +49,12 @@ def marks_redeliveries(broker_url: str) -> bool:
 
 
 def was_redelivered(request: Any) -> bool:
-    """Whether the message may have been delivered before: the broker's flag, or the broker's move out of a process's
+    """Whether the message may have been delivered before: the broker's flag; the broker's move out of a process's
     own queue (``x-death``, ``events/topology.py``), which clears the flag although the process the message was in may
-    have died handling it. Counted so, a crash there is counted as any other (``max_step_attempts``)."""
-    return bool((request.delivery_info or {}).get("redelivered")) or bool(getattr(request, "x-death", None))
+    have died handling it; or a copy sent again from a stored outbox (``HEADER_RESENT``), whose first copy may have.
+    Counted so, a crash there is counted as any other (``max_step_attempts``)."""
+    return (bool((request.delivery_info or {}).get("redelivered")) or bool(getattr(request, "x-death", None))
+            or bool(getattr(request, C.HEADER_RESENT, None)))
 
 
 class EventTask(Task):
@@ -94,7 +97,7 @@ def run_event(task: EventTask, raw: Any, carried: dict[str, Any] | None = None) 
             rt.publisher.publish(events)
         except AlreadyHandled:
             stored = rt.store.processed_outbox(env.event_id, task.role) or []
-            rt.publisher.publish(decode(e) for e in stored)
+            rt.publisher.publish((decode(e) for e in stored), resent=True)
             log.info("duplicate event: republished its stored outcome", extra={"events": len(stored)})
             watch.outcome = "duplicate"
             return "duplicate"
@@ -159,7 +162,8 @@ def _failed_for_good(step: Step, exc: Exception) -> str:
             elif run is None:
                 step.commit(conn, [])
     except AlreadyHandled:  # handled after all (by another delivery): its outcome stands
-        rt.publisher.publish(decode(e) for e in rt.store.processed_outbox(step.env.event_id, step.role) or [])
+        rt.publisher.publish((decode(e) for e in rt.store.processed_outbox(step.env.event_id, step.role) or []),
+                             resent=True)
         return "dead-lettered"
     except Exception:
         log.exception("could not end the run after its step failed; the sweeper will find it")

@@ -136,6 +136,20 @@ def test_an_observation_its_planner_does_not_take_moves_to_the_role_queue_after_
     assert not was_redelivered(Context({"task": "observation.recorded"}, delivery_info={"redelivered": False}))
 
 
+def test_a_copy_sent_again_from_a_stored_outbox_counts_as_redelivered(publisher: Publisher, namespace: str) -> None:
+    """A stored outbox keeps no routing hints, so a copy of its events sent again (a duplicate delivery's, the
+    sweeper's) goes straight to the role queue: no process's own queue, no ``x-death``, no redelivered flag. Its first
+    copy may have been delivered and have crashed its worker (a model asked first, with nothing written): the copy is
+    marked, and counted as redelivered, so that crash counts towards ``max_step_attempts`` as any other."""
+    topology = Topology(namespace)
+    first, again = observation(None), observation(None)
+    publisher.publish([first])
+    publisher.publish([again], resent=True)
+    got = {env.event_id: headers for headers, env in taken(topology.role_queues[C.PLANNER].name)}
+    assert not was_redelivered(Context(got[first.event_id], delivery_info={"redelivered": False}))
+    assert was_redelivered(Context(got[again.event_id], delivery_info={"redelivered": False}))
+
+
 def test_the_embedded_topology_routes_every_event_by_its_type() -> None:
     """kombu's memory transport has no headers exchange; the embedded fleet is one process anyway."""
     topology = Topology("ns", affinity=False)
@@ -159,10 +173,10 @@ def test_a_fleets_planner_and_observer_get_the_events_of_the_runs_they_moved(
     published: list[Envelope] = []
     original = Publisher.publish
 
-    def keep(self: Publisher, envelopes: Iterable[Envelope]) -> None:
+    def keep(self: Publisher, envelopes: Iterable[Envelope], *, resent: bool = False) -> None:
         batch = list(envelopes)
         published.extend(batch)
-        original(self, batch)
+        original(self, batch, resent=resent)
 
     monkeypatch.setattr(Publisher, "publish", keep)
     with InProcessFleet(get_settings()) as fleet:

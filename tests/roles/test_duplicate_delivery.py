@@ -70,11 +70,11 @@ def test_every_event_published_twice_changes_nothing(fleet: InProcessFleet, tmp_
     original = Publisher.publish
     published: list[str] = []
 
-    def twice(self: Publisher, envelopes: Iterable[Envelope]) -> None:
+    def twice(self: Publisher, envelopes: Iterable[Envelope], *, resent: bool = False) -> None:
         batch = list(envelopes)
         published.extend(e.event_id for e in batch)
-        original(self, batch)
-        original(self, batch)
+        original(self, batch, resent=resent)
+        original(self, batch, resent=resent)
 
     monkeypatch.setattr(Publisher, "publish", twice)
     run_id = fleet.submit({"agent": "ledger", "input": {}})
