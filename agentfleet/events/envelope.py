@@ -118,6 +118,14 @@ def outbox_json(events: Sequence[Envelope]) -> str | None:
     return None if None in encoded else (b"[" + b",".join(encoded) + b"]").decode()  # type: ignore[arg-type]
 
 
+def stored_outbox(events: Sequence[Envelope]) -> str | list[dict[str, Any]]:
+    """What a dedupe mark stores of the events a handling produced: their stored forms as one JSON array
+    (``outbox_json``), or as ``wire`` dicts where text UTF-8 cannot carry makes that None. Every stored outbox is
+    written this way, a step's and the sweeper's alike."""
+    encoded = outbox_json(events)
+    return encoded if encoded is not None else [stored_form(e).wire() for e in events]
+
+
 def decode(raw: Any) -> Envelope:
     try:
         return Envelope.model_validate(raw)

@@ -16,13 +16,12 @@ from pydantic import BaseModel
 from sqlalchemy import Connection
 
 from agentfleet.events.contracts import Result, ResultStatus
-from agentfleet.events.envelope import Envelope, EventType, RunEnded, outbox_json, stored_form
+from agentfleet.events.envelope import Envelope, EventType, RunEnded, stored_outbox
 from agentfleet.loop.keys import derived_event_id
 from agentfleet.loop.states import RunState
 from agentfleet.roles.runtime import Runtime
 from agentfleet.store.base import AlreadyHandled, RunMovedOn
 from agentfleet.store.records import RunRecord
-from agentfleet.store.sql import Json
 
 log = logging.getLogger(__name__)
 
@@ -55,9 +54,8 @@ class Step:
         found when the mark is written, not read before every handling (a duplicate is rare, and every handler is
         safe to run again: steps are checkpointed, transitions compare-and-set)."""
         store = self.rt.store
-        encoded = outbox_json(events)
-        outbox = Json(encoded) if encoded is not None else [stored_form(e).wire() for e in events]
-        if not store.mark_processed(conn, self.env.event_id, self.role, outbox, run_id=self.env.run_id, deferred=True):
+        if not store.mark_processed(conn, self.env.event_id, self.role, stored_outbox(events), run_id=self.env.run_id,
+                                    deferred=True):
             raise AlreadyHandled()
         store.release_held(conn)  # the handling's step lock goes with this, its last commit
         return events

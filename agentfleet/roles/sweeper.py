@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 
 from agentfleet.errors import RECOVERY_SUGGESTIONS, ErrorCode
 from agentfleet.events.contracts import ResultStatus
-from agentfleet.events.envelope import Envelope, EventType, GoalSubmitted, decode
+from agentfleet.events.envelope import Envelope, EventType, GoalSubmitted, decode, stored_outbox
 from agentfleet.events.publisher import queue_depths
 from agentfleet.loop.recovery import Action, Redrive, plan_redrive, waiting_in_line, waiting_within_deadline
 from agentfleet.loop.states import RunState, is_terminal
@@ -116,6 +116,6 @@ def _act(rt: Runtime, run: RunRecord, plan: Redrive) -> None:
             if store.transition(conn, current, RunState.FAILED, result=stored, error_code=ErrorCode.DEADLINE):
                 events = [ended_event(run.run_id, run.trace_id, result, thread_id=run.thread_id)]
                 # Stored like any step's outbox, so a lost publish is found and sent by the next sweep.
-                store.mark_processed(conn, f"sweep/{run.run_id}/expire", SWEEPER, [e.wire() for e in events],
+                store.mark_processed(conn, f"sweep/{run.run_id}/expire", SWEEPER, stored_outbox(events),
                                      run_id=run.run_id)
     rt.publisher.publish(events, resent=plan.action == Action.REPUBLISH)  # a stored outbox's events, sent again

@@ -43,15 +43,19 @@ class Outbox(StoreBase):
                 row = execute(own, STORED, {"event_id": event_id, "consumer": consumer}).first()
         return None if row is None else list(row[0])
 
-    def mark_processed(self, conn: Connection, event_id: str, consumer: str, outbox: list[dict[str, Any]] | Json,
-                       run_id: str | None = None, *, deferred: bool = False) -> bool:
-        """The dedupe mark, with the events this handling produced (as dicts, or their JSON array already encoded);
+    def mark_processed(self, conn: Connection, event_id: str, consumer: str,
+                       outbox: list[dict[str, Any]] | str | Json, run_id: str | None = None, *,
+                       deferred: bool = False) -> bool:
+        """The dedupe mark, with the events this handling produced (as dicts, or their JSON array already encoded:
+        ``events.envelope.stored_outbox``);
         False: the event was handled already (the insert is the check: the stored outbox is read only then,
         ``processed_outbox``).
 
         ``deferred`` (Postgres): sent with the transaction's COMMIT, which fails with ``AlreadyHandled`` if the
         event was handled before (True here means only "sent").
         """
+        if isinstance(outbox, str):
+            outbox = Json(outbox)
         values = {"event_id": event_id, "consumer": consumer, "outbox": outbox, "at": now(), "run_id": run_id}
         if deferred and self.dialect == POSTGRES:
             defer(conn, MARK_ONCE, values)

@@ -96,9 +96,8 @@ def run_event(task: EventTask, raw: Any, carried: dict[str, Any] | None = None) 
                 events = task.handler(step)
             rt.publisher.publish(events)
         except AlreadyHandled:
-            stored = rt.store.processed_outbox(env.event_id, task.role) or []
-            rt.publisher.publish((decode(e) for e in stored), resent=True)
-            log.info("duplicate event: republished its stored outcome", extra={"events": len(stored)})
+            republished = _republish_outcome(step)
+            log.info("duplicate event: republished its stored outcome", extra={"events": republished})
             watch.outcome = "duplicate"
             return "duplicate"
         except Exception as exc:
@@ -111,6 +110,14 @@ def run_event(task: EventTask, raw: Any, carried: dict[str, Any] | None = None) 
             return outcome
         watch.outcome = "published"
         return f"published {len(events)}"
+
+
+def _republish_outcome(step: Step) -> int:
+    """Publish again what the handling that marked this event handled first produced (its stored outbox), marked as
+    copies sent again (``Publisher.publish``'s ``resent``): how many events."""
+    stored = step.rt.store.processed_outbox(step.env.event_id, step.role) or []
+    step.rt.publisher.publish((decode(e) for e in stored), resent=True)
+    return len(stored)
 
 
 def _retry_later(task: EventTask, step: Step, exc: Exception) -> str:
@@ -162,8 +169,7 @@ def _failed_for_good(step: Step, exc: Exception) -> str:
             elif run is None:
                 step.commit(conn, [])
     except AlreadyHandled:  # handled after all (by another delivery): its outcome stands
-        rt.publisher.publish((decode(e) for e in rt.store.processed_outbox(step.env.event_id, step.role) or []),
-                             resent=True)
+        _republish_outcome(step)
         return "dead-lettered"
     except Exception:
         log.exception("could not end the run after its step failed; the sweeper will find it")
