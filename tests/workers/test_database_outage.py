@@ -47,22 +47,23 @@ def _until_retried(workers: WorkerProcs, times: int, timeout_s: float = 60.0) ->
     raise AssertionError(f"no step was retried {times} times in {timeout_s:g} s:\n{workers.logs()[-4000:]}")
 
 
-def _fleet_given_one_goal(workers: WorkerProcs, namespace: str, agent: str) -> tuple[AmqpClient, str]:
-    """Every role started and ready, then one goal for ``agent`` published: the client and its correlation id."""
-    assert shutil.which("pg_ctlcluster")
-    for role in C.ROLES:
-        workers.start(role)
-    workers.wait_ready()
-    client = AmqpClient()
-    return client, client.publish_goal(namespace, f"goal.{agent}", {"agent": agent, "input": {}})
-
-
-def test_runs_in_flight_ride_out_a_database_outage(workers: WorkerProcs, namespace: str, tmp_path: Path) -> None:
+def _fleet_started(workers: WorkerProcs) -> AmqpClient:
+    """Every role started and ready (and the local Postgres one these tests can stop): a client to publish goals."""
     assert shutil.which("pg_ctlcluster"), "this test stops and starts the local Postgres"
     for role in C.ROLES:
         workers.start(role)
     workers.wait_ready()
-    client = AmqpClient()
+    return AmqpClient()
+
+
+def _fleet_given_one_goal(workers: WorkerProcs, namespace: str, agent: str) -> tuple[AmqpClient, str]:
+    """Every role started and ready, then one goal for ``agent`` published: the client and its correlation id."""
+    client = _fleet_started(workers)
+    return client, client.publish_goal(namespace, f"goal.{agent}", {"agent": agent, "input": {}})
+
+
+def test_runs_in_flight_ride_out_a_database_outage(workers: WorkerProcs, namespace: str, tmp_path: Path) -> None:
+    client = _fleet_started(workers)
     sent = [client.publish_goal(namespace, "goal.ledger", {"agent": "ledger", "input": {}}) for _ in range(2)]
     _pg_ctl("stop", "-m", "immediate")  # these two may be under way or done already (a run takes ~0.1 s)
     try:
