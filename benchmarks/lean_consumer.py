@@ -15,9 +15,11 @@ Either acks a message once its handling returned or raised, as the fleet's Celer
 failure): a handling answers its own errors with a Result or a dead letter. The planner also takes goals off the
 inbox (the worker's own ``Inbox``), not the unroutable queue: the bench sends nothing there.
 
-Timed in turns with the fleet's own workers and with Celery + one commit a hop (``bench overhead``'s floor), the
-same bench_loop agent, the same broker and database: ``python -m benchmarks.lean_consumer ROUNDS ITERATIONS``.
-What it says is in benchmarks/README.md (issue 23, "A leaner consumer, measured before choosing").
+Timed in turns with the fleet's own workers, with Celery + one commit a hop and with bare Celery (``bench
+overhead``'s two floors), the same bench_loop agent, the same broker and database:
+``python -m benchmarks.lean_consumer ROUNDS ITERATIONS``. Each consumer's ratio to both floors says whether any
+consumer could bring the fleet within a bound on either. What it says is in benchmarks/README.md (issue 23, "A
+leaner consumer, measured before choosing", and what came after it).
 """
 
 from __future__ import annotations
@@ -169,13 +171,15 @@ def lean_fleet(mode: str) -> Iterator[Fleet]:
 
 
 def main(rounds: int, iterations: int) -> dict[str, Any]:
-    sides = {"celery worker": Side(), "lean inline": Side(), "lean handoff": Side(), "celery + commit": Side()}
+    sides = {"celery worker": Side(), "lean inline": Side(), "lean handoff": Side(), "celery + commit": Side(),
+             "bare celery": Side()}
     with (
         scratch_database(PG_ADMIN, prefix="agentfleet_bench") as url,
         fleet(ONE_EACH) as ours,
         lean_fleet("inline") as inline,
         lean_fleet("handoff") as handoff,
         floor_workers(commit_url=url) as floor,
+        floor_workers() as bare,
     ):
         fleets = {"celery worker": ours, "lean inline": inline, "lean handoff": handoff}
         for f in fleets.values():
@@ -184,6 +188,7 @@ def main(rounds: int, iterations: int) -> dict[str, Any]:
             for name, f in fleets.items():
                 loop_round(f, iterations, sides[name])
             sides["celery + commit"].rounds.append(floor.chain_ms(iterations))
+            sides["bare celery"].rounds.append(bare.chain_ms(iterations))
     out: dict[str, Any] = {}
     for name, side in sides.items():
         med = statistics.median(side.samples)
@@ -191,10 +196,13 @@ def main(rounds: int, iterations: int) -> dict[str, Any]:
         if side.cpu:
             row["worker_cpu_ms"] = side.cpu_per_iteration()
             row["switches"] = round(statistics.median(side.switches), 1)
-        if name != "celery + commit":
-            ratios = round_ratios(side, sides["celery + commit"])
-            row["over_celery_commit"] = [round(r, 2) for r in ratios]
-            row["over_celery_commit_median"] = round(statistics.median(ratios), 2)
+        floors = {"celery + commit": "over_celery_commit", "bare celery": "over_bare_celery"}
+        for floor_name, key in floors.items():
+            if name == floor_name or (name in floors and floor_name == "celery + commit"):
+                continue  # each fleet over both floors, and Celery + commit over bare Celery
+            ratios = round_ratios(side, sides[floor_name])
+            row[key] = [round(r, 2) for r in ratios]
+            row[f"{key}_median"] = round(statistics.median(ratios), 2)
         out[name] = row
     return out
 
