@@ -54,6 +54,10 @@ from benchmarks.common import BROKER, ONE_EACH, PG_ADMIN, ROOT, Fleet, fleet, wa
 from benchmarks.suites.overhead import Side, loop_round, round_ratios
 
 MODES = ("inline", "handoff")
+# The floors each consumer's median is divided by, and the keys the ratios go under: every consumer over both,
+# Celery + commit over bare Celery.
+FLOOR_KEYS = {"celery + commit": "over_celery_commit", "bare celery": "over_bare_celery"}
+FLOORS_UNDER = {"celery + commit": ("bare celery",), "bare celery": ()}
 
 
 def _handle(app: Any, hostname: str, message: Message) -> None:
@@ -196,10 +200,8 @@ def main(rounds: int, iterations: int) -> dict[str, Any]:
         if side.cpu:
             row["worker_cpu_ms"] = side.cpu_per_iteration()
             row["switches"] = round(statistics.median(side.switches), 1)
-        floors = {"celery + commit": "over_celery_commit", "bare celery": "over_bare_celery"}
-        for floor_name, key in floors.items():
-            if name == floor_name or (name in floors and floor_name == "celery + commit"):
-                continue  # each fleet over both floors, and Celery + commit over bare Celery
+        for floor_name in FLOORS_UNDER.get(name, tuple(FLOOR_KEYS)):
+            key = FLOOR_KEYS[floor_name]
             ratios = round_ratios(side, sides[floor_name])
             row[key] = [round(r, 2) for r in ratios]
             row[f"{key}_median"] = round(statistics.median(ratios), 2)

@@ -44,12 +44,11 @@ class Outbox(StoreBase):
         return None if row is None else list(row[0])
 
     def mark_processed(self, conn: Connection, event_id: str, consumer: str,
-                       outbox: list[dict[str, Any]] | str | Json, run_id: str | None = None, *,
+                       outbox: list[dict[str, Any]] | str, run_id: str | None = None, *,
                        deferred: bool = False) -> bool:
-        """The dedupe mark, with the events this handling produced (as dicts, or their JSON array already encoded:
-        ``events.envelope.stored_outbox``);
-        False: the event was handled already (the insert is the check: the stored outbox is read only then,
-        ``processed_outbox``).
+        """The dedupe mark, with the events this handling produced (as dicts, or as the JSON array
+        ``events.envelope.stored_outbox`` encoded, stored as it is); False: the event was handled already (the insert
+        is the check: the stored outbox is read only then, ``processed_outbox``).
 
         ``deferred`` (Postgres): sent with the transaction's COMMIT, which fails with ``AlreadyHandled`` if the
         event was handled before (True here means only "sent").

@@ -44,8 +44,7 @@ def run(sizes: Sizes, report: Report) -> None:
                     for _ in range(sizes.long_runs)]
         folded = _turns_folded_last(f.store, windowed[-1].run_id)
     ordered = [per_iter[i] for i in sorted(per_iter)][:-1]  # the last iteration is the final answer
-    tenth = max(1, len(ordered) // 10)
-    first, last = statistics.mean(ordered[:tenth]), statistics.mean(ordered[-tenth:])
+    first, last = (statistics.mean(part) for part in tenths(ordered))
     stored = sum(per_iter.values()) + processed_bytes
     report.add(SUITE, "iterations", sizes.growth_iterations)
     report.add(SUITE, "bytes_per_iteration_first_10pct", round(first))
@@ -66,7 +65,8 @@ def _first_and_last_tenths(report: Report, kind: str, runs: list[LongRun]) -> No
     """The runs' first tenth against their last: plan to plan (the tenths pooled, each run's ratio shown), and the
     workers' and the machine's CPU an iteration over the same tenths (summed over the runs)."""
     each = [round(late / early, 2) for early, late in (first_last_tenth_ms(r.times) for r in runs)]
-    early, late = (round(statistics.median([t for r in runs for t in tenths(r.times)[k]]), 2) for k in (0, 1))
+    split = [tenths(r.times) for r in runs]
+    early, late = (round(statistics.median([t for parts in split for t in parts[k]]), 2) for k in (0, 1))
     report.add(SUITE, f"{kind}_first_last_10pct_median_ms", [early, late])
     report.add(SUITE, f"{kind}_last_over_first", round(late / early, 3),
                f"{late / early:.2f} (flat = 1.00; the runs' tenths pooled; each run's: {', '.join(map(str, each))})")

@@ -75,7 +75,6 @@ def test_an_outbox_encoded_in_one_pass_reads_back_as_its_events_did_and_text_utf
     outside ASCII included; a lone surrogate, which UTF-8 cannot carry, takes the json module's way still."""
     from agentfleet.events.contracts import Result, ResultStatus
     from agentfleet.events.envelope import Envelope, EventType, RunEnded, decode, outbox_json
-    from agentfleet.store.sql import Json
 
     def ended(message: str) -> Envelope:
         result = Result(status=ResultStatus.FAILED, run_id="r", goal_id="g", agent="a", message=message)
@@ -85,7 +84,7 @@ def test_an_outbox_encoded_in_one_pass_reads_back_as_its_events_did_and_text_utf
     encoded = outbox_json(events)
     assert isinstance(encoded, str)
     with store.tx() as conn:
-        assert store.mark_processed(conn, "e-json", "planner", Json(encoded))
+        assert store.mark_processed(conn, "e-json", "planner", encoded)
     stored = store.processed_outbox("e-json", "planner")
     assert stored == [e.wire() for e in events]
     assert [decode(e) for e in stored or []] == events
