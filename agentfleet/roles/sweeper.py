@@ -83,10 +83,16 @@ def sweep(rt: Runtime, *, dry_run: bool = False, at: datetime | None = None, lim
                 if assessed is None or assessed[1].action == Action.WAIT:
                     continue
                 quiet, plan = assessed
+                reason, events = plan.reason, len(plan.events)
                 if not dry_run:
-                    _act(rt, run, plan)
+                    try:
+                        _act(rt, run, plan)
+                    except Exception as exc:  # this run's alone: the pass goes on to the runs behind it
+                        log.exception("could not re-drive a stalled run; the next sweep tries again",
+                                      extra={"run_id": run.run_id, "action": plan.action})
+                        reason, events = f"{reason}; not done ({type(exc).__name__}), the next sweep tries again", 0
                 findings.append(Finding(run.run_id, run.agent, run.state.value, run.iteration, round(quiet, 1),
-                                        plan.action, plan.reason, len(plan.events)))
+                                        plan.action, reason, events))
                 if len(findings) >= limit:
                     break
         return findings

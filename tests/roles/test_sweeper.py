@@ -90,3 +90,40 @@ def test_a_holder_whose_lock_outlived_its_acked_message_does_not_strand_the_run(
     assert result is not None and result["status"] == "succeeded", workers.logs()
     assert (tmp_path / f"ledger-{run_id}.txt").read_text().count(":only:") == 1
     assert workers.logged("re-driving a stalled run")
+
+
+def test_a_run_the_sweeper_cannot_re_drive_does_not_stop_it_re_driving_the_others(tmp_path: Path) -> None:
+    """A stored event that no longer validates (an event model changed across an upgrade, a row edited by hand) made
+    the re-drive of its run raise, and with it the whole pass: every pass stopped at that run, the oldest quiet one,
+    and no stalled run behind it was re-driven again. The run is reported as not re-driven, the others are."""
+    from datetime import timedelta
+
+    from agentfleet.loop.recovery import Action
+    from agentfleet.roles.sweeper import sweep
+    from agentfleet.store.records import now
+    from tests.helpers import embedded_fleet, wait_for_run
+
+    with embedded_fleet(tmp_path, "tests.fixtures.agents") as fleet:
+        store, rt = fleet.store, fleet.runtime
+        broken, behind = run_id_for("single", "broken"), run_id_for("single", "behind")
+        with store.tx() as conn:  # stalled executing iteration 1, its stored call no longer an event
+            run = store.start_run(conn, run_id=broken, agent="single", goal_id="broken", trace_id="t", input={},
+                                  limits={})
+            run = store.transition(conn, run, RunState.PLANNING)
+            assert run is not None
+            assert store.transition(conn, run, RunState.EXECUTING, iteration=1) is not None
+            store.mark_processed(conn, "e-broken", C.PLANNER, [
+                {"event_id": "e-call", "type": "tool.requested", "run_id": broken, "trace_id": "t",
+                 "payload": {"iteration": 1, "call": "no longer a call"}}], run_id=broken)
+        with store.tx() as conn:  # quiet since after it: its first plan never made
+            store.start_run(conn, run_id=behind, agent="single", goal_id="behind", trace_id="t2", input={},
+                            limits={})
+        findings = sweep(rt, at=now() + timedelta(seconds=rt.settings.stall_after_s + 60))
+        assert findings is not None
+        by_run = {f.run_id: f for f in findings}
+        assert by_run[behind].action == Action.RESUBMIT and "not done" not in by_run[behind].reason
+        assert by_run[broken].action == Action.REPUBLISH and by_run[broken].events == 0
+        assert "not done (MalformedEvent)" in by_run[broken].reason
+        assert "no longer a call" not in by_run[broken].reason  # what was stored is not shown
+        assert wait_for_run(store, behind).result["status"] == "succeeded"  # type: ignore[index]
+        assert store.get_run(broken).state == RunState.EXECUTING  # type: ignore[union-attr]
