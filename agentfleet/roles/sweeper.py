@@ -75,10 +75,16 @@ def sweep(rt: Runtime, *, dry_run: bool = False, at: datetime | None = None, lim
             return None
         ready = queue_depths(rt.publisher.app, rt.topology)
         findings: list[Finding] = []
+        # Pages are keyed on updated_at, which a re-drive makes move: a run moved between two reads to a time
+        # still before the cut-off (a worker's clock behind the sweeper's) is on the next page again. Once a pass.
+        seen: set[str] = set()
         before, after = at - timedelta(seconds=rt.settings.stall_after_s), None
         while len(findings) < limit and (page := rt.store.quiet_runs(before, SWEEP_PAGE, after)):
             after = (page[-1].updated_at, page[-1].run_id)
             for run in page:
+                if run.run_id in seen:
+                    continue
+                seen.add(run.run_id)
                 assessed = assess(rt, run, at, ready)
                 if assessed is None or assessed[1].action == Action.WAIT:
                     continue

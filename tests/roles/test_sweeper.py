@@ -127,3 +127,37 @@ def test_a_run_the_sweeper_cannot_re_drive_does_not_stop_it_re_driving_the_other
         assert "no longer a call" not in by_run[broken].reason  # what was stored is not shown
         assert wait_for_run(store, behind).result["status"] == "succeeded"  # type: ignore[index]
         assert store.get_run(broken).state == RunState.EXECUTING  # type: ignore[union-attr]
+
+
+def test_a_run_re_driven_in_a_pass_is_not_re_driven_again_when_it_moves_before_the_next_page(tmp_path: Path) -> None:
+    """The pass reads quiet runs a page at a time, keyed on ``updated_at``, which the re-drive makes move. A run
+    moved between two reads to a time still before the pass's cut-off (a worker whose clock lags the sweeper's; a
+    sweep asked about a later moment, as in CI, where the fleet moved the run mid-pass) came back on the next page
+    and was re-driven a second time in the same pass. Here its re-drive is lost and a worker moves it by hand before
+    the next read, so the second page always holds it."""
+    from datetime import timedelta
+
+    from agentfleet.loop.recovery import Action
+    from agentfleet.roles.sweeper import sweep
+    from agentfleet.store.records import now
+    from tests.helpers import embedded_fleet
+
+    with embedded_fleet(tmp_path, "tests.fixtures.agents") as fleet:
+        store, rt = fleet.store, fleet.runtime
+        run_id = run_id_for("single", "moved")
+        with store.tx() as conn:  # its first plan never made
+            store.start_run(conn, run_id=run_id, agent="single", goal_id="moved", trace_id="t", input={}, limits={})
+        publish, sent = rt.publisher.publish, []
+
+        def lose_the_first_and_move_the_run(events, **kwargs):  # type: ignore[no-untyped-def]
+            sent.append(list(events))
+            if len(sent) > 1:
+                return publish(sent[-1], **kwargs)
+            with store.tx() as conn:  # a worker elsewhere takes the run on, and stops
+                assert store.transition(conn, store.get_run(run_id, conn, lock=True), RunState.PLANNING)
+
+        rt.publisher.publish = lose_the_first_and_move_the_run  # type: ignore[method-assign]
+        findings = sweep(rt, at=now() + timedelta(seconds=rt.settings.stall_after_s + 60))
+        assert findings is not None
+        assert [(f.run_id, f.action) for f in findings] == [(run_id, Action.RESUBMIT)], findings
+        assert len(sent) == 1
