@@ -276,7 +276,8 @@ def voluntary_switches(pid: int) -> int:
     """How often the process's live threads have given up the CPU to wait so far (/proc, Linux). On this project's
     VMs each such wait and its wake-up cost ~0.1 ms of CPU, so their count per iteration is the part of the CPU that
     goes with how the work is split between threads and round trips, counted rather than timed: it does not drift
-    with the machine. A thread that ended (a tool call's) takes its count with it: a lower bound."""
+    with the machine. A thread that ended (a tool call's) takes its count with it, once the kernel has let it go
+    (a moment after ``join()`` returns): a lower bound."""
     total = 0
     for task in os.scandir(f"/proc/{pid}/task"):
         with contextlib.suppress(OSError):  # a thread gone since the listing

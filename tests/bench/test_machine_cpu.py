@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from benchmarks.common import MachineCpu
 
@@ -55,6 +56,7 @@ for line in sys.stdin:
         t = threading.Thread(target=waits, args=(200,))
         t.start()
         t.join()
+        print(t.native_id, flush=True)
     elif line.startswith("sleep"):
         waits(200)
     else:
@@ -76,6 +78,11 @@ def test_a_process_is_counted_each_time_one_of_its_threads_waits_and_not_while_i
         before = voluntary_switches(child.pid)
         child.stdin.write(what + "\n")
         child.stdin.flush()
+        if what == "thread":  # join() returns before the kernel has let the thread go: until then /proc lists it
+            gone, deadline = Path(f"/proc/{child.pid}/task/{child.stdout.readline().strip()}"), time.monotonic() + 10
+            while gone.exists():
+                assert time.monotonic() < deadline, f"{gone} still listed"
+                time.sleep(0.005)
         assert child.stdout.readline() == "done\n"
         return voluntary_switches(child.pid) - before
 
