@@ -193,19 +193,51 @@ def test_a_run_started_from_the_cli_appears_live_and_its_tree_shows_the_delegate
     shot(page, "runs")
 
 
+def test_an_answer_being_written_is_not_wiped_by_a_live_refresh(page: Any, fleet: Fleet) -> None:
+    """The live list re-rendered on any change unless a field in it had the focus: an edit left for a moment (a click
+    elsewhere, to read the run) was wiped by the next change, and the approval then went with the arguments as asked.
+    An answer typed and not sent holds the refresh back until it is sent."""
+    page.goto(f"{fleet.base}/approvals")
+    wait_live(page)
+    first = fleet.submit("payer", {"calls": [["p", "pay", {"payee": "acme", "amount": 5}]]})
+    card = page.locator(f'article[data-approval="{first} p"]')
+    card.locator("summary").click()
+    box = card.locator("textarea[name=arguments]")
+    box.fill(json.dumps({"payee": "initech", "amount": 5}))
+    card.locator("h2").click()  # the field loses the focus; what was typed stays unsent
+    second = fleet.submit("payer", {"calls": [["p", "pay", {"payee": "acme", "amount": 6}]]})
+    # the change arrives: the list either re-rendered (its card is there) or held the refresh back
+    page.locator(f'article[data-approval="{second} p"], [data-live-src][data-held]').first.wait_for(state="attached")
+    assert json.loads(box.input_value())["payee"] == "initech"
+    card.locator("button[value=approve_edited]").click()
+    page.wait_for_selector("#answer-done")
+    run = eventually(lambda: (r := fleet.store.get_run(first)) is not None and r.result is not None and r,
+                     timeout=60, message="the approved run ends")
+    [tool_step] = [s for s in fleet.store.steps(first) if s["kind"] == "tool"]
+    assert tool_step["input"]["payee"] == "initech", run.result
+    later = page.locator(f'article[data-approval="{second} p"]')  # the list is live again: the second is answered
+    later.locator("input[name=note]").fill("not this one")
+    later.locator("button[value=deny]").click()
+    eventually(lambda: not any(a.run_id == second for a in fleet.store.pending_approvals()), timeout=30,
+               message="the second is denied")
+
+
 def test_a_pending_approval_is_approved_with_an_edited_argument_from_the_page(page: Any, fleet: Fleet) -> None:
+    """Locators, not element handles: the live list re-renders on every change, and a handle taken before one points
+    at an element no longer on the page (CI: 'Element is not attached to the DOM')."""
     page.goto(f"{fleet.base}/approvals")
     wait_live(page)
     run_id = fleet.submit("payer", {"calls": [["p", "pay", {"payee": "acme", "amount": 7, "token": CANARY}]]})
-    card = page.wait_for_selector(f'article[data-approval="{run_id} p"]')  # asked while the page was open
+    card = page.locator(f'article[data-approval="{run_id} p"]')
+    card.wait_for()  # asked while the page was open
     assert CANARY not in card.inner_html()
     shot(page, "approvals")
-    card.query_selector("summary").click()
-    box = card.query_selector("textarea[name=arguments]")
+    card.locator("summary").click()
+    box = card.locator("textarea[name=arguments]")
     edited = json.loads(box.input_value())
     assert edited == {"payee": "acme", "amount": 7, "token": "***"}
     box.fill(json.dumps({**edited, "payee": "globex"}))
-    card.query_selector("button[value=approve_edited]").click()
+    card.locator("button[value=approve_edited]").click()
     page.wait_for_selector("#answer-done")
     run = eventually(lambda: (r := fleet.store.get_run(run_id)) is not None and r.result is not None and r,
                      timeout=60, message="the approved run ends")
@@ -261,10 +293,10 @@ def test_a_dead_letter_is_replayed_and_a_role_scaled_from_their_pages(page: Any,
     assert (replayed["actor"], replayed["via"], replayed["outcome"]) == ("ann", "console", "accepted")
 
     page.goto(f"{fleet.base}/fleet")
-    section = page.wait_for_selector("#role-observer")
-    before = int(section.query_selector("input[name=total]").input_value())
-    section.query_selector("input[name=total]").fill(str(before + 2))
-    section.query_selector("button[type=submit]").click()
+    section = page.locator("#role-observer")
+    before = int(section.locator("input[name=total]").input_value())
+    section.locator("input[name=total]").fill(str(before + 2))
+    section.locator("button[type=submit]").click()
     page.wait_for_selector("p.done")
     assert f"{before} → {before + 2}" in page.inner_text("p.done")
     [scaled] = [a for a in fleet.store.actions(limit=20) if a["action"] == "scale"][:1]
