@@ -134,12 +134,20 @@ def _plain_object(body: bytes | str | dict[str, Any], max_depth: int, encoding: 
     return data
 
 
+def validation_problems(exc: ValidationError, limit: int = 5) -> str:
+    """Where and why a model refused data, never the values it was given: they may be a tool's secret-marked
+    arguments, which log redaction (names and patterns) cannot tell from other text. Raise with ``from None``: the
+    pydantic error's own text quotes the input."""
+    return "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}"
+                     for e in exc.errors(include_url=False, include_input=False)[:limit])
+
+
 def _validated(model: type[M], data: dict[str, Any], what: str) -> M:
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()[:5])
-        raise GoalRejected(f"not a valid {what}: {problems}", code=ErrorCode.MALFORMED_MESSAGE) from None
+        raise GoalRejected(f"not a valid {what}: {validation_problems(exc)}",
+                           code=ErrorCode.MALFORMED_MESSAGE) from None
 
 
 class ToolHealthNotice(BaseModel):

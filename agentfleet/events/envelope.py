@@ -15,6 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agentfleet.errors import MalformedEvent
+from agentfleet.events.contracts import validation_problems
 from agentfleet.loop.states import RunState
 from agentfleet.loop.transcript import ToolCall, ToolResult
 
@@ -79,7 +80,7 @@ class Envelope(BaseModel):
         try:
             return model.model_validate(self.payload)
         except ValidationError as exc:
-            raise MalformedEvent(f"{self.type} payload invalid: {exc.errors()[:3]}") from exc
+            raise MalformedEvent(f"{self.type} payload invalid: {validation_problems(exc)}") from None
 
     def wire(self) -> dict[str, Any]:
         return self.model_dump(mode="json")
@@ -130,7 +131,7 @@ def decode(raw: Any) -> Envelope:
     try:
         return Envelope.model_validate(raw)
     except ValidationError as exc:
-        raise MalformedEvent(f"envelope invalid: {exc.errors()[:3]}") from exc
+        raise MalformedEvent(f"envelope invalid: {validation_problems(exc)}") from None
 
 
 # A process's token names its own queue (``<ns>.<role>.<token>``), and a queue's name is at most 255 bytes.

@@ -99,3 +99,24 @@ class TestGoals:
     def test_a_rejection_result_carries_the_documented_fields(self) -> None:
         result = Result.rejection(ErrorCode.INPUT_INVALID, "bad", agent="a", goal_id="g")
         assert result.status == "rejected" and result.recovery_suggestion and result.run_id is None
+
+
+@pytest.mark.parametrize("stored", [
+    # an envelope missing a field, carrying a call whose arguments a tool's schema marks secret (no secret-like name)
+    {"event_id": "e", "type": "tool.requested", "run_id": "r", "trace_id": "t",
+     "payload": {"iteration": 1, "call": {"id": "c", "name": "pay", "arguments": {"account": "acct-4417-private"}}}},
+    # a whole envelope whose payload no longer fits its model
+    {"event_id": "e", "type": "tool.requested", "run_id": "r", "trace_id": "t", "occurred_at": "2026-12-07T00:00:00Z",
+     "payload": {"iteration": "one", "call": {"id": "c", "arguments": {"account": "acct-4417-private"}}}},
+])
+def test_an_event_that_does_not_validate_is_told_by_where_and_why_never_by_what_it_holds(stored: dict) -> None:
+    """A stored event that no longer validates (a model changed across an upgrade) is re-driven by the sweeper, which
+    logs the error with its traceback: the message and the chained pydantic error both quoted the event's content,
+    arguments and all, where log redaction sees only secret-like names and patterns, not a tool's schema."""
+    import traceback
+
+    with pytest.raises(MalformedEvent) as caught:
+        decode(stored).body()
+    told = "".join(traceback.format_exception(caught.value))
+    assert "acct-4417-private" not in told, told
+    assert "invalid" in str(caught.value) and ("occurred_at" in told or "iteration" in told)
