@@ -17,6 +17,7 @@ from agentfleet.events.envelope import Envelope, EventType, GoalSubmitted, decod
 from agentfleet.events.publisher import queue_depths
 from agentfleet.loop.recovery import Action, Redrive, plan_redrive, waiting_in_line, waiting_within_deadline
 from agentfleet.loop.states import RunState, is_terminal
+from agentfleet.roles.retry import is_transient
 from agentfleet.roles.runtime import Runtime
 from agentfleet.roles.step import ended_event, result_of
 from agentfleet.store.records import RunRecord, now
@@ -93,7 +94,10 @@ def sweep(rt: Runtime, *, dry_run: bool = False, at: datetime | None = None, lim
                 if not dry_run:
                     try:
                         _act(rt, run, plan)
-                    except Exception as exc:  # this run's alone: the pass goes on to the runs behind it
+                    except Exception as exc:
+                        if is_transient(exc):  # the database or the broker is away: every run alike, the next sweep
+                            raise
+                        # what is wrong is this run's alone: the pass goes on to the runs behind it
                         log.exception("could not re-drive a stalled run; the next sweep tries again",
                                       extra={"run_id": run.run_id, "action": plan.action})
                         reason, events = f"{reason}; not done ({type(exc).__name__}), the next sweep tries again", 0

@@ -92,7 +92,9 @@ def test_a_holder_whose_lock_outlived_its_acked_message_does_not_strand_the_run(
     assert workers.logged("re-driving a stalled run")
 
 
-def test_a_run_the_sweeper_cannot_re_drive_does_not_stop_it_re_driving_the_others(tmp_path: Path) -> None:
+def test_a_run_the_sweeper_cannot_re_drive_does_not_stop_it_re_driving_the_others(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     """A stored event that no longer validates (an event model changed across an upgrade, a row edited by hand) made
     the re-drive of its run raise, and with it the whole pass: every pass stopped at that run, the oldest quiet one,
     and no stalled run behind it was re-driven again. The run is reported as not re-driven, the others are."""
@@ -125,6 +127,7 @@ def test_a_run_the_sweeper_cannot_re_drive_does_not_stop_it_re_driving_the_other
         assert by_run[broken].action == Action.REPUBLISH and by_run[broken].events == 0
         assert "not done (MalformedEvent)" in by_run[broken].reason
         assert "no longer a call" not in by_run[broken].reason  # what was stored is not shown
+        assert "could not re-drive" in caplog.text and "no longer a call" not in caplog.text  # nor logged
         assert wait_for_run(store, behind).result["status"] == "succeeded"  # type: ignore[index]
         assert store.get_run(broken).state == RunState.EXECUTING  # type: ignore[union-attr]
 
@@ -161,3 +164,31 @@ def test_a_run_re_driven_in_a_pass_is_not_re_driven_again_when_it_moves_before_t
         assert findings is not None
         assert [(f.run_id, f.action) for f in findings] == [(run_id, Action.RESUBMIT)], findings
         assert len(sent) == 1
+
+
+def test_a_broker_away_mid_pass_ends_the_pass_rather_than_marking_every_run_re_driven(tmp_path: Path) -> None:
+    """Containing a failed re-drive to its run is for what is wrong with that run. With the broker away every re-drive
+    fails alike: going on marked each of up to a batch of runs re-driven (so not tried again for a stall period) with
+    nothing sent, and logged a traceback for each. The pass ends at the first such failure; the next sweep goes on."""
+    from datetime import timedelta
+
+    from kombu.exceptions import OperationalError
+
+    from agentfleet.roles.sweeper import sweep
+    from agentfleet.store.records import now
+    from tests.helpers import embedded_fleet
+
+    with embedded_fleet(tmp_path, "tests.fixtures.agents") as fleet:
+        store, rt = fleet.store, fleet.runtime
+        first, second = run_id_for("single", "first"), run_id_for("single", "second")
+        for run_id in (first, second):
+            with store.tx() as conn:  # its first plan never made
+                store.start_run(conn, run_id=run_id, agent="single", goal_id=run_id, trace_id="t", input={}, limits={})
+
+        def broker_away(events, **kwargs):  # type: ignore[no-untyped-def]
+            raise OperationalError("[Errno 111] Connection refused")
+
+        rt.publisher.publish = broker_away  # type: ignore[method-assign]
+        with pytest.raises(OperationalError):
+            sweep(rt, at=now() + timedelta(seconds=rt.settings.stall_after_s + 60))
+        assert [store.get_run(r).redrives for r in (first, second)] == [1, 0]  # type: ignore[union-attr]
